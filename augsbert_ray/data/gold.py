@@ -1,0 +1,65 @@
+"""Load the gold train/dev/test pairs a job spec names, with their rejects and counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from augsbert_ray.config import DataSpec, SourceSpec, TaskType
+from augsbert_ray.data.paths import named_dataset_files, resolve_data_dir
+from augsbert_ray.data.readers import ReadResult, read_pairs
+from augsbert_ray.data.rejects import Reject
+from augsbert_ray.data.splits import bws_cross_topic, bws_in_topic, carve, random_subset
+
+
+@dataclass
+class GoldData:
+    task: TaskType
+    train: pa.Table
+    dev: pa.Table
+    test: pa.Table
+    rows_read: int = 0
+    rejects: list[Reject] = field(default_factory=list)
+    train_before_limit: int = 0
+
+    def split(self, name: str) -> pa.Table:
+        return {"train": self.train, "dev": self.dev, "test": self.test}[name]
+
+
+def _named_sources(spec: DataSpec, data_dir: Path) -> dict[str, SourceSpec]:
+    assert spec.dataset is not None
+    files = named_dataset_files(spec.dataset, data_dir)
+    return {split: SourceSpec(path=path, format=spec.dataset) for split, path in files.items()}
+
+
+def load_gold(spec: DataSpec, seed: int, data_dir: str | Path | None = None) -> GoldData:
+    """Read, validate and split the gold pairs. ``train_limit`` then keeps a seeded random subset of train."""
+    task = spec.resolved_task
+    sources: dict[str, SourceSpec] = {}
+    if spec.dataset is not None:
+        sources = _named_sources(spec, resolve_data_dir(data_dir or spec.data_dir))
+    # Explicit files override the named dataset's split by split.
+    sources.update({split: src for split in ("train", "dev", "test") if (src := getattr(spec, split)) is not None})
+
+    results: dict[str, ReadResult] = {split: read_pairs(source, task) for split, source in sources.items()}
+    tables = {split: result.table for split, result in results.items()}
+    if "all" in tables:  # BWS ships one file: split by topic or at random
+        whole = tables.pop("all")
+        tables.update(bws_cross_topic(whole) if spec.bws_split == "cross-topic" else bws_in_topic(whole, seed))
+    if "dev" not in tables:
+        tables["train"], tables["dev"] = carve(tables["train"], spec.dev_fraction, seed)
+
+    train_before_limit = tables["train"].num_rows
+    if spec.train_limit is not None:
+        tables["train"] = random_subset(tables["train"], spec.train_limit, seed)
+    return GoldData(
+        task=task,
+        train=tables["train"],
+        dev=tables["dev"],
+        test=tables["test"],
+        rows_read=sum(result.rows_read for result in results.values()),
+        rejects=[reject for result in results.values() for reject in result.rejects],
+        train_before_limit=train_before_limit,
+    )

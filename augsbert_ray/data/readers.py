@@ -1,0 +1,241 @@
+"""Readers for gold pairs: generic csv/tsv/jsonl/parquet with a column map, plus STSb, MRPC and BWS.
+
+Every data row either becomes a pair or a ``Reject`` naming file, line and field, so that
+``rows_read == len(table) + len(rejects)`` always holds. Gold sets are small (thousands of
+pairs), so they are read line by line on the driver; big unlabeled inputs go through Ray Data.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from augsbert_ray.config import ColumnMap, FileFormat, SourceSpec, TaskType
+from augsbert_ray.data.rejects import Reject
+
+PAIR_FIELDS = ("sentence1", "sentence2", "label")
+DEFAULT_SCORE_RANGE: dict[str, tuple[float, float]] = {"stsb": (0.0, 5.0)}
+# Named formats: how their columns map onto the pair fields.
+_BWS_COLUMNS = ColumnMap(sentence1="sentence_1", sentence2="sentence_2", label="regression_label", topic="topic")
+_MRPC_COLUMNS = ColumnMap(sentence1="#1 String", sentence2="#2 String", label="Quality")
+_STSB_FIELDS = {"label": 4, "sentence1": 5, "sentence2": 6}
+
+
+@dataclass
+class ReadResult:
+    table: pa.Table
+    rows_read: int
+    rejects: list[Reject] = field(default_factory=list)
+
+
+@dataclass
+class _RawRow:
+    line: int
+    values: dict[str, Any]
+    text: str = ""
+
+
+def _column_keys(columns: ColumnMap) -> dict[str, str]:
+    """Pair field -> source column; topic only when mapped."""
+    keys = {"sentence1": columns.sentence1, "sentence2": columns.sentence2, "label": columns.label}
+    if columns.topic:
+        keys["topic"] = columns.topic
+    return keys
+
+
+def _decoded_lines(path: Path) -> Iterator[tuple[int, str | None, bytes]]:
+    """(line number, text or None when not UTF-8, raw bytes) for each line; BOM and CR stripped."""
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            raw = raw.rstrip(b"\r\n")
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                yield number, raw.decode("utf-8"), raw
+            except UnicodeDecodeError:
+                yield number, None, raw
+
+
+def _bad_utf8(path: Path, number: int, raw: bytes) -> Reject:
+    return Reject(str(path), number, "(line)", "bad UTF-8", raw.decode("utf-8", errors="replace")[:200])
+
+
+def _delimited_rows(path: Path, delimiter: str, quoting: int, columns: ColumnMap) -> Iterator[_RawRow | Reject]:
+    """Rows of a delimited file with a header, mapped through ``columns``; quoted fields may span lines."""
+    good_lines: list[int] = []
+
+    def text_lines() -> Iterator[str]:
+        for number, text, raw in _decoded_lines(path):
+            if text is None:
+                pending_rejects.append(_bad_utf8(path, number, raw))
+                continue
+            good_lines.append(number)
+            yield text
+
+    pending_rejects: list[Reject] = []
+    reader = csv.reader(text_lines(), delimiter=delimiter, quoting=quoting, strict=False)
+    header = next(reader, None)
+    yield from pending_rejects
+    pending_rejects.clear()
+    if header is None:
+        return
+    wanted = _column_keys(columns)
+    index = {name: i for i, name in enumerate(header)}
+    absent = [column for column in wanted.values() if column not in index]
+    if absent:
+        raise ValueError(f"{path}:1: header has no column {', '.join(map(repr, absent))} (header: {header})")
+    while True:
+        start = len(good_lines)
+        try:
+            cells = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            yield from pending_rejects
+            pending_rejects.clear()
+            yield Reject(str(path), good_lines[-1] if good_lines else 0, "(line)", f"unparseable: {exc}")
+            continue
+        yield from pending_rejects
+        pending_rejects.clear()
+        if not cells:
+            continue  # a blank line is not a data row
+        line = good_lines[start] if start < len(good_lines) else good_lines[-1]
+        values = {key: cells[index[column]] if index[column] < len(cells) else None for key, column in wanted.items()}
+        yield _RawRow(line, values, delimiter.join(cells)[:200])
+    yield from pending_rejects  # bad lines after the last record
+
+
+def _stsb_rows(path: Path) -> Iterator[_RawRow | Reject]:
+    """STSb: no header; genre, file, year, id, score, sentence1, sentence2[, extra source fields]."""
+    for number, text, raw in _decoded_lines(path):
+        if text is None:
+            yield _bad_utf8(path, number, raw)
+            continue
+        if not text.strip():
+            continue
+        cells = text.split("\t")
+        yield _RawRow(number, {key: cells[i] if i < len(cells) else None for key, i in _STSB_FIELDS.items()}, text[:200])
+
+
+def _jsonl_rows(path: Path, columns: ColumnMap) -> Iterator[_RawRow | Reject]:
+    keys = _column_keys(columns)
+    for number, text, raw in _decoded_lines(path):
+        if text is None:
+            yield _bad_utf8(path, number, raw)
+            continue
+        if not text.strip():
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            yield Reject(str(path), number, "(line)", f"invalid JSON: {exc.msg}", text[:200])
+            continue
+        if not isinstance(record, dict):
+            yield Reject(str(path), number, "(line)", "not a JSON object", text[:200])
+            continue
+        yield _RawRow(number, {key: record.get(column) for key, column in keys.items()}, text[:200])
+
+
+def _parquet_rows(path: Path, columns: ColumnMap) -> Iterator[_RawRow | Reject]:
+    """Parquet has no lines: the row number (1-based) stands in for one."""
+    table = pq.read_table(path)
+    keys = _column_keys(columns)
+    absent = [column for column in keys.values() if column not in table.column_names]
+    if absent:
+        raise ValueError(f"{path}: no column {', '.join(map(repr, absent))} (columns: {table.column_names})")
+    data = {key: table.column(column).to_pylist() for key, column in keys.items()}
+    for row in range(table.num_rows):
+        yield _RawRow(row + 1, {key: values[row] for key, values in data.items()})
+
+
+def raw_rows(source: SourceSpec) -> Iterator[_RawRow | Reject]:
+    fmt: FileFormat = source.format  # type: ignore[assignment]
+    if fmt == "stsb":
+        return _stsb_rows(source.path)
+    if fmt == "mrpc":
+        return _delimited_rows(source.path, "\t", csv.QUOTE_NONE, _MRPC_COLUMNS)
+    if fmt == "bws":
+        return _delimited_rows(source.path, ",", csv.QUOTE_MINIMAL, _BWS_COLUMNS)
+    if fmt == "csv":
+        return _delimited_rows(source.path, ",", csv.QUOTE_MINIMAL, source.columns)
+    if fmt == "tsv":
+        return _delimited_rows(source.path, "\t", csv.QUOTE_NONE, source.columns)
+    if fmt == "jsonl":
+        return _jsonl_rows(source.path, source.columns)
+    return _parquet_rows(source.path, source.columns)
+
+
+def _parse_label(value: Any, task: TaskType, score_range: tuple[float, float]) -> tuple[float | int | None, str]:
+    """(label, "") or (None, reason)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None, "missing field"
+    if task == "classification":
+        text = str(value).strip().lower()
+        mapping = {"0": 0, "1": 1, "0.0": 0, "1.0": 1, "false": 0, "true": 1}
+        if text not in mapping:
+            return None, f"bad label {value!r}: expected 0 or 1"
+        return mapping[text], ""
+    try:
+        score = float(value)
+    except (TypeError, ValueError):
+        return None, f"non-numeric score {value!r}"
+    low, high = score_range
+    if not math.isfinite(score) or not low <= score <= high:
+        return None, f"score {value!r} outside [{low:g}, {high:g}]"
+    return (score - low) / (high - low), ""
+
+
+def validate_rows(
+    rows: Iterable[_RawRow | Reject], path: Path, task: TaskType, score_range: tuple[float, float]
+) -> ReadResult:
+    columns: dict[str, list[Any]] = {"sentence1": [], "sentence2": [], "label": [], "topic": []}
+    rejects: list[Reject] = []
+    rows_read = 0
+    for row in rows:
+        rows_read += 1
+        if isinstance(row, Reject):
+            rejects.append(row)
+            continue
+        problem: Reject | None = None
+        for key in ("sentence1", "sentence2"):
+            value = row.values.get(key)
+            if value is None:
+                problem = Reject(str(path), row.line, key, "missing field", row.text)
+            elif not isinstance(value, str) or not value.strip():
+                problem = Reject(str(path), row.line, key, "empty sentence", row.text)
+            if problem:
+                break
+        if problem is None:
+            label, reason = _parse_label(row.values.get("label"), task, score_range)
+            if label is None:
+                problem = Reject(str(path), row.line, "label", reason, row.text)
+        if problem is not None:
+            rejects.append(problem)
+            continue
+        columns["sentence1"].append(row.values["sentence1"].strip())
+        columns["sentence2"].append(row.values["sentence2"].strip())
+        columns["label"].append(label)
+        columns["topic"].append(row.values.get("topic"))
+    table = pa.table(
+        {
+            "sentence1": pa.array(columns["sentence1"], pa.string()),
+            "sentence2": pa.array(columns["sentence2"], pa.string()),
+            "label": pa.array(columns["label"], pa.int64() if task == "classification" else pa.float64()),
+            "topic": pa.array(columns["topic"], pa.string()),
+        }
+    )
+    return ReadResult(table, rows_read, rejects)
+
+
+def read_pairs(source: SourceSpec, task: TaskType) -> ReadResult:
+    """Read one gold file into a pair table (sentence1, sentence2, label, topic) plus its rejects."""
+    score_range = source.score_range or DEFAULT_SCORE_RANGE.get(source.format or "", (0.0, 1.0))
+    return validate_rows(raw_rows(source), source.path, task, score_range)

@@ -1,0 +1,96 @@
+"""Score pairs with a model (bi-encoder, cross-encoder or Jaccard) and turn scores into task metrics."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+import ray
+
+from augsbert_ray.config import TaskType
+from augsbert_ray.evaluation.metrics import auc_at_fpr, best_threshold, f1_at, jaccard_scores, spearman_x100
+from augsbert_ray.runtime import configure_torch_threads
+
+ScorerKind = Literal["bi_encoder", "cross_encoder", "jaccard"]
+
+
+@dataclass
+class Evaluation:
+    """The task's main metric on dev and test (Spearman x100 or F1 x100), plus classification extras."""
+
+    dev: float
+    test: float
+    threshold: float | None = None
+    dev_auc05: float | None = None
+    test_auc05: float | None = None
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {key: value for key, value in asdict(self).items() if value is not None}
+
+
+def score_pairs(kind: ScorerKind, model: str | None, sentences1: list[str], sentences2: list[str], threads: int = 1) -> np.ndarray:
+    """Similarity of each pair: cosine of bi-encoder embeddings, cross-encoder output, or Jaccard."""
+    if kind == "jaccard":
+        return jaccard_scores(sentences1, sentences2)
+    configure_torch_threads(threads)
+    if kind == "cross_encoder":
+        from sentence_transformers import CrossEncoder
+
+        return np.asarray(CrossEncoder(model).predict(list(zip(sentences1, sentences2)), batch_size=64, show_progress_bar=False))
+    from sentence_transformers import SentenceTransformer
+
+    encoder = SentenceTransformer(model)
+    a = encoder.encode(sentences1, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
+    b = encoder.encode(sentences2, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
+    return np.sum(a * b, axis=1)
+
+
+def metrics_from_scores(
+    task: TaskType, dev_scores: np.ndarray, dev_labels: np.ndarray, test_scores: np.ndarray, test_labels: np.ndarray
+) -> Evaluation:
+    if task == "regression":
+        return Evaluation(dev=spearman_x100(dev_scores, dev_labels), test=spearman_x100(test_scores, test_labels))
+    threshold = best_threshold(dev_scores, dev_labels)
+    return Evaluation(
+        dev=f1_at(dev_scores, dev_labels, threshold),
+        test=f1_at(test_scores, test_labels, threshold),
+        threshold=threshold,
+        dev_auc05=auc_at_fpr(dev_scores, dev_labels),
+        test_auc05=auc_at_fpr(test_scores, test_labels),
+    )
+
+
+def _columns(table: pa.Table) -> tuple[list[str], list[str], np.ndarray]:
+    return table.column("sentence1").to_pylist(), table.column("sentence2").to_pylist(), table.column("label").to_numpy()
+
+
+def evaluate(kind: ScorerKind, model: str | None, task: TaskType, dev: pa.Table, test: pa.Table, threads: int = 1) -> Evaluation:
+    """Score dev and test with one model and compute the task metric (threshold chosen on dev)."""
+    dev_s1, dev_s2, dev_labels = _columns(dev)
+    test_s1, test_s2, test_labels = _columns(test)
+    scores = score_pairs(kind, model, dev_s1 + test_s1, dev_s2 + test_s2, threads)
+    return metrics_from_scores(task, scores[: len(dev_s1)], dev_labels, scores[len(dev_s1) :], test_labels)
+
+
+def evaluate_on_ray(
+    kind: ScorerKind, model: str | None, task: TaskType, dev: pa.Table, test: pa.Table, cpus: float, gpus: float
+) -> "ray.ObjectRef[Evaluation]":
+    """The same as ``evaluate``, as a Ray task, so that on a cluster it runs on a worker, not the head."""
+    remote = ray.remote(num_cpus=cpus, num_gpus=gpus)(evaluate)
+    return remote.remote(kind, model, task, dev, test, max(1, int(cpus)))
+
+
+__all__ = [
+    "Evaluation",
+    "auc_at_fpr",
+    "best_threshold",
+    "evaluate",
+    "evaluate_on_ray",
+    "f1_at",
+    "jaccard_scores",
+    "metrics_from_scores",
+    "score_pairs",
+    "spearman_x100",
+]

@@ -1,0 +1,67 @@
+"""Task metrics: Spearman x100 (regression), F1 of the positive class at a dev-chosen threshold and
+AUC(0.05) (classification), and the Jaccard word-overlap baseline."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+from scipy.stats import spearmanr
+
+_WORD = re.compile(r"\w+")
+
+
+def spearman_x100(scores: Sequence[float], labels: Sequence[float]) -> float:
+    return float(spearmanr(scores, labels).statistic * 100)
+
+
+def f1_at(scores: Sequence[float], labels: Sequence[int], threshold: float) -> float:
+    """F1 (x100) of the positive class when ``score >= threshold`` predicts positive."""
+    predicted = np.asarray(scores) >= threshold
+    truth = np.asarray(labels).astype(bool)
+    tp = int(np.sum(predicted & truth))
+    precision_denominator, recall_denominator = int(predicted.sum()), int(truth.sum())
+    if tp == 0:
+        return 0.0
+    precision, recall = tp / precision_denominator, tp / recall_denominator
+    return float(200 * precision * recall / (precision + recall))
+
+
+def best_threshold(scores: Sequence[float], labels: Sequence[int]) -> float:
+    """The threshold (one of the scores) that maximizes F1; ties go to the higher threshold."""
+    candidates = np.unique(np.asarray(scores, dtype=np.float64))
+    f1s = np.array([f1_at(scores, labels, t) for t in candidates])
+    return float(candidates[len(f1s) - 1 - int(np.argmax(f1s[::-1]))])
+
+
+def auc_at_fpr(scores: Sequence[float], labels: Sequence[int], max_fpr: float = 0.05) -> float:
+    """Area under the ROC curve from FPR 0 to ``max_fpr``, divided by ``max_fpr`` (1.0 is perfect).
+
+    This is the paper's AUC(0.05) (Shah et al., 2018), scaled to [0,1]; tied scores move
+    along the diagonal, as in a standard ROC.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    truth = np.asarray(labels).astype(bool)
+    positives, negatives = int(truth.sum()), int((~truth).sum())
+    if positives == 0 or negatives == 0:
+        raise ValueError("AUC needs both positive and negative labels")
+    order = np.argsort(-scores, kind="stable")
+    scores, truth = scores[order], truth[order]
+    last_of_tie = np.r_[np.flatnonzero(np.diff(scores)), len(scores) - 1]
+    tpr = np.r_[0.0, np.cumsum(truth)[last_of_tie] / positives]
+    fpr = np.r_[0.0, np.cumsum(~truth)[last_of_tie] / negatives]
+    cut = np.searchsorted(fpr, max_fpr, side="right")
+    xs = np.r_[fpr[:cut], max_fpr]
+    ys = np.r_[tpr[:cut], np.interp(max_fpr, fpr, tpr)]
+    return float(np.trapezoid(ys, xs) / max_fpr)
+
+
+def jaccard_scores(sentences1: Sequence[str], sentences2: Sequence[str]) -> np.ndarray:
+    """Word-set Jaccard similarity of each pair (lower-cased \\w+ tokens)."""
+    out = np.empty(len(sentences1), dtype=np.float64)
+    for i, (a, b) in enumerate(zip(sentences1, sentences2)):
+        words_a, words_b = set(_WORD.findall(a.lower())), set(_WORD.findall(b.lower()))
+        union = words_a | words_b
+        out[i] = len(words_a & words_b) / len(union) if union else 0.0
+    return out

@@ -1,0 +1,223 @@
+"""The labeling engine behind `augsbert label` and the labeling stage of a job.
+
+Plan shards from the input, skip the ones already in the output, label the rest as a streaming
+Ray Data pipeline (shard names -> actor pool that reads, tokenizes, scores and writes each shard),
+and keep a manifest with each shard's counts. Only per-shard counts come back to the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import ray
+import ray.data
+
+from augsbert_ray.config import LabelingSpec, SpecError
+from augsbert_ray.labeling.plan import Shard, expand_inputs, input_format, plan_shards
+from augsbert_ray.labeling.scorer import STATS_KEY, ShardLabeler
+from augsbert_ray.runtime import init_ray, log
+
+MANIFEST = "_manifest.json"
+COUNT_KEYS = ("pairs_in", "labeled", "rejected", "truncated", "tokens", "tokens_sq", "padded_tokens")
+
+
+@dataclass
+class LabelResult:
+    output: Path
+    shards: int
+    skipped: int
+    totals: dict[str, int]
+    seconds: float
+    manifest: Path
+    rejects: Path
+
+    @property
+    def pairs_in(self) -> int:
+        return self.totals["pairs_in"]
+
+    @property
+    def labeled(self) -> int:
+        return self.totals["labeled"]
+
+    def summary(self) -> str:
+        t = self.totals
+        return (
+            f"pairs in {t['pairs_in']} = labeled {t['labeled']} + rejected {t['rejected']} "
+            f"(truncated to max_seq_length: {t['truncated']}; shards: {self.shards}, {self.skipped} already done)"
+        )
+
+
+@dataclass
+class LabelJob:
+    """Everything that decides the labels; its key must match to resume into an existing output."""
+
+    model: str
+    labeler: str
+    spec: LabelingSpec
+    text_columns: tuple[str, str] = ("sentence1", "sentence2")
+    strategy: str = "given"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def key(self, shards: list[Shard]) -> dict[str, Any]:
+        files = sorted({shard.path for shard in shards})
+        return {
+            "labeler": self.labeler,
+            "precision": self.spec.precision,
+            "max_seq_length": self.spec.max_seq_length,
+            "text_columns": list(self.text_columns),
+            "strategy": self.strategy,
+            "inputs": [[path, Path(path).stat().st_size] for path in files],
+            "shard_rows": self.spec.shard_rows,
+        }
+
+
+def check_model(model: str) -> None:
+    """A local model directory with a config.json, or a hub id that loads (from the cache when offline)."""
+    path = Path(model)
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise SpecError(f"--model {model}: not a model directory (no config.json)")
+        return
+    if path.is_absolute() or model.startswith((".", "~")):
+        raise SpecError(f"--model {model}: no such directory")
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(model)
+    except OSError as exc:
+        raise SpecError(f"--model {model}: no such directory, and not a loadable model id ({str(exc).splitlines()[0]})") from None
+
+
+def check_resources(spec: LabelingSpec) -> None:
+    """Needs Ray running: a GPU request must be satisfiable, and the precision must fit the device."""
+    gpus = ray.cluster_resources().get("GPU", 0)
+    if spec.gpus_per_actor > 0 and gpus < spec.gpus_per_actor:
+        raise SpecError(f"--gpus-per-actor {spec.gpus_per_actor:g}, but the Ray cluster has {gpus:g} GPUs")
+    if spec.precision == "fp16" and spec.gpus_per_actor == 0:
+        raise SpecError("--precision fp16 needs GPU actors: set --gpus-per-actor (bf16 also runs on CPU)")
+    if spec.precision == "int8" and spec.gpus_per_actor > 0:
+        raise SpecError("--precision int8 is the CPU path; on GPU use bf16 or fp16")
+    cpus = ray.cluster_resources().get("CPU", 0)
+    if spec.cpus_per_actor > cpus:
+        raise SpecError(f"--cpus-per-actor {spec.cpus_per_actor:g}, but the Ray cluster has {cpus:g} CPUs")
+
+
+def prepare_output(output: Path, key: dict[str, Any], shards: list[Shard]) -> dict[str, dict[str, Any]]:
+    """Check that the output holds this job or nothing; drop partial files; return finished shards' counts."""
+    output.mkdir(parents=True, exist_ok=True)
+    manifest = output / MANIFEST
+    if manifest.exists():
+        previous = json.loads(manifest.read_text(encoding="utf-8")).get("job")
+        if previous != key:
+            changed = sorted(name for name in key if previous is None or previous.get(name) != key[name])
+            raise SpecError(f"--output {output} holds labels from other settings ({', '.join(changed)} differ); use another --output")
+    planned = {shard.name for shard in shards}
+    strangers = sorted(p.name for p in output.glob("part-*.parquet") if p.name not in planned)
+    if strangers:
+        raise SpecError(f"--output {output} has {len(strangers)} shard(s) not from this input, e.g. {strangers[0]}; use another --output")
+    for partial in list(output.glob(".part-*.tmp")) + list((output / "_rejects").glob(".part-*.tmp")):
+        partial.unlink()
+    done = {}
+    for shard in shards:
+        path = output / shard.name
+        if path.exists():
+            done[shard.name] = json.loads(pq.read_metadata(path).metadata[STATS_KEY])
+    return done
+
+
+def write_manifest(output: Path, key: dict[str, Any], stats: dict[str, dict[str, Any]], shards: list[Shard], final: bool) -> None:
+    totals = {name: sum(s[name] for s in stats.values()) for name in COUNT_KEYS}
+    body = {
+        "job": key,
+        "complete": final and len(stats) == len(shards),
+        "totals": totals,
+        "shards": {shard.name: {"input": shard.path, "first_row": shard.first_row, **stats.get(shard.name, {"done": False})} for shard in shards},
+    }
+    tmp = output / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(body, indent=1), encoding="utf-8")
+    os.replace(tmp, output / MANIFEST)
+
+
+def merge_rejects(output: Path, shards: list[Shard]) -> Path:
+    """One _rejects.jsonl in shard order, copied line by line from the per-shard files."""
+    target = output / "_rejects.jsonl"
+    with (output / "._rejects.jsonl.tmp").open("w", encoding="utf-8") as out:
+        for shard in shards:
+            part = output / "_rejects" / f"{shard.name}.jsonl"
+            if part.exists():
+                with part.open(encoding="utf-8") as handle:
+                    for line in handle:
+                        out.write(line)
+    os.replace(output / "._rejects.jsonl.tmp", target)
+    return target
+
+
+def label_files(
+    inputs: str | list[str], output: str | Path, job: LabelJob, fmt: str | None = None, address: str | None = None
+) -> LabelResult:
+    """Label every pair in the input files into Parquet shards under ``output``. Inputs and model are
+    checked before Ray starts (or joins ``address``); a running Ray is reused."""
+    started = time.perf_counter()
+    output = Path(output).resolve()
+    files = expand_inputs(inputs)
+    fmt = input_format(files, fmt)
+    check_model(job.model)
+    shards = plan_shards(files, fmt, job.text_columns, job.spec.shard_rows)
+    init_ray(address)
+    check_resources(job.spec)
+    key = job.key(shards)
+    stats = prepare_output(output, key, shards)
+    pending = [shard for shard in shards if shard.name not in stats]
+    skipped = len(shards) - len(pending)
+    log.info("labeling %s: %d shards (%d already done) from %d file(s) into %s", job.labeler, len(shards), skipped, len(files), output)
+    write_manifest(output, key, stats, shards, final=False)
+    if pending:
+        for row in _pipeline(pending, output, job).iter_rows():
+            stats[row["shard"]] = {name: (int(value) if name in COUNT_KEYS else value) for name, value in row.items()}
+            write_manifest(output, key, stats, shards, final=False)
+            log.info("shard %s: %d labeled, %d rejected (%d/%d shards)", row["shard"], row["labeled"], row["rejected"], len(stats), len(shards))
+    write_manifest(output, key, stats, shards, final=True)
+    rejects = merge_rejects(output, shards)
+    result = LabelResult(output, len(shards), skipped, {name: sum(s[name] for s in stats.values()) for name in COUNT_KEYS},
+                         round(time.perf_counter() - started, 3), output / MANIFEST, rejects)
+    if result.totals["pairs_in"] != result.totals["labeled"] + result.totals["rejected"]:
+        raise RuntimeError(f"pair accounting broke: {result.summary()}")
+    return result
+
+
+def _pipeline(pending: list[Shard], output: Path, job: LabelJob) -> ray.data.Dataset:
+    """Shard names, one block each, streamed to an autoscaling actor pool; each actor call labels one shard."""
+    spec = job.spec
+    ray.data.DataContext.get_current().enable_progress_bars = False  # the driver logs one line per shard instead
+    names = ray.data.from_items([{"shard": shard.name} for shard in pending], override_num_blocks=len(pending))
+    return names.map_batches(
+        ShardLabeler,
+        fn_constructor_kwargs={
+            "shards": pending, "output": str(output), "model": job.model, "labeler": job.labeler,
+            "text_columns": tuple(job.text_columns), "batch_size": spec.batch_size,
+            "threads": spec.threads_per_actor or max(1, int(spec.cpus_per_actor)),
+            "precision": spec.precision, "max_seq_length": spec.max_seq_length, "strategy": job.strategy,
+        },
+        batch_size=1,
+        batch_format="numpy",
+        compute=ray.data.ActorPoolStrategy(min_size=spec.min_actors, max_size=spec.max_actors),
+        num_cpus=spec.cpus_per_actor,
+        num_gpus=spec.gpus_per_actor,
+    )
+
+
+def label_table(table: pa.Table, candidates_file: str | Path, output: str | Path, job: LabelJob) -> LabelResult:
+    """Label pairs made on the driver (e.g. sampled candidates): saved as Parquet first, so shards are resumable."""
+    candidates_file = Path(candidates_file)
+    candidates_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = candidates_file.with_name(f".{candidates_file.name}.tmp")
+    pq.write_table(table, tmp, row_group_size=job.spec.shard_rows)
+    os.replace(tmp, candidates_file)
+    return label_files(str(candidates_file), output, job, fmt="parquet")

@@ -1,0 +1,135 @@
+"""The Ray Data actor that labels whole shards: read, check, tokenize, length-bucket, score, write.
+
+One call labels one shard and writes it under a temporary name, then renames it: a shard file that
+exists is complete. The call returns only the shard's counts, so nothing large reaches the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from augsbert_ray.data.rejects import Reject
+from augsbert_ray.labeling.backend import PairModel
+from augsbert_ray.labeling.plan import Shard, read_shard
+
+WINDOW = 4096  # pairs sorted by length together; bounds actor memory and padding
+STATS_KEY = b"augsbert.label"
+OUTPUT_COLUMNS = ("score", "labeler")
+
+
+def output_schema(schema: pa.Schema) -> pa.Schema:
+    """Input columns (a stale score/labeler replaced), then score, labeler and strategy."""
+    fields = [field for field in schema if field.name not in OUTPUT_COLUMNS]
+    fields += [pa.field("score", pa.float32()), pa.field("labeler", pa.string())]
+    if "strategy" not in schema.names:
+        fields.append(pa.field("strategy", pa.string()))
+    return pa.schema(fields)
+
+
+def check_pairs(table: pa.Table, text_columns: tuple[str, str], shard: Shard, first_row: int) -> tuple[np.ndarray, list[Reject]]:
+    """Rows whose two sentences are both non-empty text; every other row becomes a reject with its reason
+    and its 1-based record number in the file (a CSV header not counted)."""
+    valid = np.ones(table.num_rows, dtype=bool)
+    rejects: list[Reject] = []
+    columns = {name: table.column(name).to_pylist() for name in text_columns}
+    for row in range(table.num_rows):
+        for name in text_columns:
+            text = columns[name][row]
+            if text is None or not text.strip():
+                valid[row] = False
+                other = columns[text_columns[1] if name == text_columns[0] else text_columns[0]][row]
+                rejects.append(Reject(shard.path, first_row + row + 1, name, "missing sentence" if text is None else "empty sentence", other or ""))
+                break
+    return valid, rejects
+
+
+class ShardLabeler:
+    """Ray Data class UDF: the model is loaded once per actor; each row of a batch names a shard to label."""
+
+    def __init__(
+        self, shards: list[Shard], output: str, model: str, labeler: str, text_columns: tuple[str, str],
+        batch_size: int, threads: int, precision: str, max_seq_length: int | None, strategy: str,
+    ) -> None:
+        self.shards = {shard.name: shard for shard in shards}
+        self.output = Path(output)
+        self.model = PairModel(model, precision, threads, max_seq_length, self.output / "_onnx")
+        self.labeler, self.text_columns, self.batch_size, self.strategy = labeler, text_columns, batch_size, strategy
+        self.pad_id = self.model.tokenizer.pad_token_id or 0
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+        stats = [self.label_shard(self.shards[name]) for name in batch["shard"].tolist()]
+        return {key: np.array([s[key] for s in stats]) for key in stats[0]}
+
+    def label_shard(self, shard: Shard) -> dict[str, Any]:
+        started = time.perf_counter()
+        stats = {"shard": shard.name, "pairs_in": 0, "labeled": 0, "rejected": 0, "truncated": 0, "tokens": 0, "tokens_sq": 0, "padded_tokens": 0}
+        schema = output_schema(shard.schema)
+        final = self.output / shard.name
+        tmp = self.output / f".{shard.name}.{uuid.uuid4().hex[:8]}.tmp"
+        rejects_tmp = self.output / "_rejects" / f".{shard.name}.tmp"
+        rejects: list[Reject] = []
+        with pq.ParquetWriter(tmp, schema) as writer:
+            for table in read_shard(shard, WINDOW):
+                valid, window_rejects = check_pairs(table, self.text_columns, shard, shard.first_row + stats["pairs_in"])
+                stats["pairs_in"] += table.num_rows
+                rejects += window_rejects
+                kept = table.filter(pa.array(valid)) if not valid.all() else table
+                scores = self.score_window(kept, stats)
+                writer.write_table(self.with_scores(kept, scores, schema))
+            stats["labeled"], stats["rejected"] = stats["pairs_in"] - len(rejects), len(rejects)
+            stats["seconds"] = round(time.perf_counter() - started, 3)
+            writer.add_key_value_metadata({STATS_KEY: json.dumps(stats).encode()})
+        rejects_tmp.parent.mkdir(exist_ok=True)
+        rejects_tmp.write_text("".join(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in rejects), encoding="utf-8")
+        os.replace(rejects_tmp, self.output / "_rejects" / f"{shard.name}.jsonl")
+        os.replace(tmp, final)  # the shard exists only once it is complete
+        return stats
+
+    def score_window(self, table: pa.Table, stats: dict[str, Any]) -> np.ndarray:
+        """Tokenize inside the actor, sort by token length, score in batches, return scores in row order."""
+        first, second = (table.column(name).to_pylist() for name in self.text_columns)
+        if not first:
+            return np.zeros(0, dtype=np.float32)
+        encoded = self.model.tokenizer(first, second, truncation="longest_first", max_length=self.model.max_length)
+        stats["truncated"] += sum(1 for encoding in encoded.encodings if encoding.overflowing)
+        ids = encoded["input_ids"]
+        lengths = np.fromiter((len(row) for row in ids), dtype=np.int64, count=len(ids))
+        stats["tokens"] += int(lengths.sum())
+        stats["tokens_sq"] += int((lengths**2).sum())
+        order = np.argsort(lengths, kind="stable")
+        scores = np.empty(len(ids), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            features = self.pad(encoded, rows, int(lengths[rows].max()))
+            stats["padded_tokens"] += features["input_ids"].size
+            scores[rows] = self.model.score(features)
+        return scores
+
+    def pad(self, encoded, rows: np.ndarray, width: int) -> dict[str, np.ndarray]:
+        features = {}
+        for name in self.model.input_names:
+            fill = self.pad_id if name == "input_ids" else 0
+            array = np.full((len(rows), width), fill, dtype=np.int64)
+            for out_row, row in enumerate(rows):
+                values = encoded[name][row]
+                array[out_row, : len(values)] = values
+            features[name] = array
+        return features
+
+    def with_scores(self, table: pa.Table, scores: np.ndarray, schema: pa.Schema) -> pa.Table:
+        columns = {field.name: table.column(field.name) for field in schema if field.name in table.column_names and field.name not in OUTPUT_COLUMNS}
+        columns["score"] = pa.array(scores, pa.float32())
+        columns["labeler"] = pa.array([self.labeler] * table.num_rows, pa.string())
+        if "strategy" not in table.column_names:
+            columns["strategy"] = pa.array([self.strategy] * table.num_rows, pa.string())
+        return pa.table([columns[field.name] for field in schema], schema=schema)

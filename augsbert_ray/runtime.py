@@ -1,0 +1,48 @@
+"""Process-level setup shared by the driver, Ray actors and Ray Train workers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import ray
+
+# Passed to every Ray worker: tokenizers' own thread pool fights torch's inside actors.
+WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false"}
+
+log = logging.getLogger("augsbert")
+
+
+def configure_torch_threads(threads: int) -> None:
+    """Ray sets OMP_NUM_THREADS=1 in workers; without this, CPU inference runs on one thread."""
+    import torch
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    torch.set_num_threads(max(1, threads))
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+    """Join a cluster when ``address`` is given, else start an embedded local Ray. Reuses a running one."""
+    if ray.is_initialized():
+        return
+    env_vars = dict(WORKER_ENV)
+    if "HF_HUB_OFFLINE" in os.environ:
+        env_vars["HF_HUB_OFFLINE"] = os.environ["HF_HUB_OFFLINE"]
+    if address:
+        # A Ray job's driver (`augsbert submit`, `ray job submit`) already carries the job's env_vars,
+        # and Ray refuses a ray.init runtime env that names them again.
+        job_env = json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")).get("runtime_env", {}).get("env_vars") or {}
+        env_vars = {name: value for name, value in env_vars.items() if name not in job_env}
+        ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True)
+    else:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, runtime_env={"env_vars": env_vars})
+    log.info("ray: %s", ray.cluster_resources())
+
+
+def setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )

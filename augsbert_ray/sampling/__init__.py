@@ -1,0 +1,43 @@
+"""Candidate generators. Each recombines a sentence pool into candidate pairs (no self-pairs, no gold
+pairs, (a,b) = (b,a)) with `sentence1`, `sentence2`, `strategy` and `retrieval_score` columns."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from augsbert_ray.config import LabelingSpec, SamplingSpec, Strategy
+from augsbert_ray.sampling.bm25 import sample_bm25
+from augsbert_ray.sampling.pairs import SentencePool
+from augsbert_ray.sampling.random_pairs import available_pairs, sample_random
+from augsbert_ray.sampling.semantic import sample_semantic
+
+
+def candidate_table(
+    strategy: Strategy,
+    pool: SentencePool,
+    excluded: np.ndarray,
+    spec: SamplingSpec,
+    seed: int,
+    *,
+    n_random: int = 0,
+    semantic_model: str | None = None,
+    resources: LabelingSpec | None = None,
+) -> pa.Table:
+    """Candidates of one strategy. ``n_random`` sizes random and KDE pools; semantic search needs a
+    bi-encoder and the actor resources to embed with."""
+    if strategy in ("random", "kde"):
+        return pool.candidates(sample_random(pool, n_random, excluded, seed), strategy)
+    if strategy == "bm25":
+        codes, scores = sample_bm25(pool, spec.top_k, excluded, spec.bm25_shard_size, spec.search_cpus)
+        return pool.candidates(codes, strategy, scores)
+    if semantic_model is None or resources is None:
+        raise ValueError(f"strategy {strategy!r} needs a semantic_model and resources")
+    semantic_codes, semantic_scores = sample_semantic(pool, semantic_model, excluded, spec, resources)
+    if strategy == "semantic":
+        return pool.candidates(semantic_codes, strategy, semantic_scores)
+    if strategy == "bm25+semantic":
+        # BM25 and cosine scores are not comparable, so the union carries no retrieval score
+        bm25_codes, _ = sample_bm25(pool, spec.top_k, excluded, spec.bm25_shard_size, spec.search_cpus)
+        return pool.candidates(np.union1d(bm25_codes, semantic_codes), strategy)
+    raise ValueError(f"unknown sampling strategy {strategy!r}")

@@ -1,0 +1,110 @@
+"""BM25 sampling with bm25s: every sentence queries the pool and keeps its top-k lexical neighbours.
+
+The corpus is tokenized once, so that document frequencies, the document count and the average
+length are global. Ray tasks then each index one shard of the corpus with those global statistics
+and search it with a chunk of the queries; per-shard hits merge into the same ranking an unsharded
+index gives.
+"""
+
+from __future__ import annotations
+
+import bm25s
+import numpy as np
+import ray
+import scipy.sparse as sp
+from bm25s.scoring import _build_idf_array, _build_scores_and_indices_for_matrix, _calculate_doc_freqs, _select_idf_scorer
+
+from augsbert_ray.sampling.neighbours import check_top_k, merge_ranked, search_depth, top_k_pairs
+from augsbert_ray.sampling.pairs import SentencePool
+
+QUERY_CHUNK = 50_000
+
+
+class GlobalStatsBM25(bm25s.BM25):
+    """A bm25s index over one shard, scored with whole-corpus IDF and average document length.
+
+    bm25s documents ``build_index_from_ids`` as the hook to override for this.
+    """
+
+    def __init__(self, doc_frequencies: np.ndarray, n_docs: int, avg_doc_len: float) -> None:
+        super().__init__(backend="numba")  # JIT-compiled retrieval: several times the numpy backend's speed
+        self.global_doc_frequencies = doc_frequencies
+        self.global_n_docs = n_docs
+        self.global_avg_doc_len = avg_doc_len
+
+    def build_index_from_ids(self, unique_token_ids, corpus_token_ids, show_progress=False, leave_progress=False):
+        n_vocab = len(self.global_doc_frequencies)
+        self.nonoccurrence_array = None  # only BM25L/BM25+ need one; this is bm25s' default variant
+        global_frequencies = dict(enumerate(self.global_doc_frequencies.tolist()))
+        idf = _build_idf_array(global_frequencies, self.global_n_docs, _select_idf_scorer(self.idf_method), self.dtype)
+        scores, doc_idx, vocab_idx = _build_scores_and_indices_for_matrix(
+            corpus_token_ids=corpus_token_ids,
+            idf_array=idf,
+            avg_doc_len=self.global_avg_doc_len,
+            # bm25s sizes its buffers from these: they must be the shard's own frequencies
+            doc_frequencies=_calculate_doc_freqs(corpus_token_ids, unique_token_ids, show_progress=False),
+            k1=self.k1,
+            b=self.b,
+            delta=self.delta,
+            nonoccurrence_array=None,
+            method=self.method,
+            dtype=self.dtype,
+            int_dtype=self.int_dtype,
+            show_progress=False,
+        )
+        matrix = sp.csc_matrix((scores, (doc_idx, vocab_idx)), shape=(len(corpus_token_ids), n_vocab), dtype=self.dtype)
+        return {"data": matrix.data, "indices": matrix.indices, "indptr": matrix.indptr, "num_docs": len(corpus_token_ids)}
+
+
+def _search_shard(
+    shard_ids: list[list[int]], offset: int, query_ids: list[list[int]], vocab: dict, stats: tuple, depth: int, threads: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``depth`` hits of each query within one shard, as global sentence ids."""
+    retriever = GlobalStatsBM25(*stats)
+    retriever.index((shard_ids, dict(vocab)), show_progress=False)  # a copy: bm25s adds "" to the vocab it gets
+    hits = min(depth, len(shard_ids))
+    queries = bm25s.tokenization.Tokenized(ids=query_ids, vocab=vocab)
+    docs, scores = retriever.retrieve(queries, k=hits, show_progress=False, n_threads=threads)
+    return docs.astype(np.int64) + offset, scores.astype(np.float32)
+
+
+def bm25_neighbours(
+    sentences: list[str], depth: int, shard_size: int, cpus: float = 1, query_chunk: int = QUERY_CHUNK
+) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, scores), each (n, depth): every sentence's best BM25 matches in the whole corpus."""
+    threads = max(1, int(cpus))
+    tokens = bm25s.tokenize(sentences, stopwords="en", show_progress=False)
+    vocab_size = max(tokens.vocab.values(), default=-1) + 2  # room for the "" token bm25s may add
+    doc_frequencies = np.zeros(vocab_size, dtype=np.int64)
+    for ids in tokens.ids:
+        doc_frequencies[np.unique(np.asarray(ids, dtype=np.int64))] += 1
+    stats = (doc_frequencies, len(sentences), float(np.mean([len(ids) for ids in tokens.ids])))
+
+    n = len(sentences)
+    shards = [(start, tokens.ids[start : start + shard_size]) for start in range(0, n, shard_size)]
+    chunks = [tokens.ids[start : start + query_chunk] for start in range(0, n, query_chunk)]
+    if len(shards) == 1 and len(chunks) == 1:  # small corpus: no task overhead
+        return merge_ranked([_search_shard(shards[0][1], 0, chunks[0], tokens.vocab, stats, depth, threads)], depth)
+
+    search = ray.remote(num_cpus=cpus)(_search_shard)
+    vocab_ref, stats_ref = ray.put(tokens.vocab), ray.put(stats)
+    shard_refs = [(start, ray.put(ids)) for start, ids in shards]
+    per_chunk = []
+    for chunk in chunks:
+        chunk_ref = ray.put(chunk)
+        refs = [search.remote(ids, start, chunk_ref, vocab_ref, stats_ref, depth, threads) for start, ids in shard_refs]
+        per_chunk.append(refs)
+    results = [merge_ranked(ray.get(refs), depth) for refs in per_chunk]
+    return np.concatenate([r[0] for r in results]), np.concatenate([r[1] for r in results])
+
+
+def sample_bm25(
+    pool: SentencePool, top_k: int, excluded: np.ndarray, shard_size: int = 500_000, cpus: float = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, BM25 scores) of the union of each sentence's top-k lexical neighbours.
+
+    Zero-score hits (no shared term) are never neighbours.
+    """
+    check_top_k(pool, top_k)
+    neighbours, scores = bm25_neighbours(pool.sentences, search_depth(pool, top_k, excluded), shard_size, cpus)
+    return top_k_pairs(pool, neighbours, scores, top_k, excluded)

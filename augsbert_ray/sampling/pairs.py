@@ -1,0 +1,56 @@
+"""Sentence pools and pair identity shared by every sampling strategy.
+
+Sentences are numbered in sorted order, so that a run does not depend on file order.
+A pair is stored as one int64 code ``i * n + j`` with ``i < j``: (a,b) and (b,a) are one
+pair, and exclusion sets stay small even for millions of candidates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import pyarrow as pa
+
+
+class SentencePool:
+    def __init__(self, sentences: Iterable[str]) -> None:
+        self.sentences: list[str] = sorted(set(sentences))
+        self.index = {sentence: i for i, sentence in enumerate(self.sentences)}
+
+    @classmethod
+    def from_pairs(cls, table: pa.Table) -> "SentencePool":
+        return cls(table.column("sentence1").to_pylist() + table.column("sentence2").to_pylist())
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+    def encode(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        low, high = np.minimum(i, j).astype(np.int64), np.maximum(i, j).astype(np.int64)
+        return low * len(self) + high
+
+    def decode(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return codes // len(self), codes % len(self)
+
+    def gold_codes(self, tables: Iterable[pa.Table]) -> np.ndarray:
+        """Codes of gold pairs whose both sentences are in the pool: these never become candidates."""
+        codes = []
+        for table in tables:
+            for a, b in zip(table.column("sentence1").to_pylist(), table.column("sentence2").to_pylist()):
+                i, j = self.index.get(a), self.index.get(b)
+                if i is not None and j is not None and i != j:
+                    codes.append(int(self.encode(np.array([i]), np.array([j]))[0]))
+        return np.unique(np.asarray(codes, dtype=np.int64))
+
+    def candidates(self, codes: np.ndarray, strategy: str, retrieval_score: np.ndarray | None = None) -> pa.Table:
+        """The candidate table of pair codes, in code order (deterministic)."""
+        order = np.argsort(codes, kind="stable")
+        i, j = self.decode(codes[order])
+        scores = pa.nulls(len(codes), pa.float32()) if retrieval_score is None else pa.array(retrieval_score[order], pa.float32())
+        columns = {
+            "sentence1": pa.array([self.sentences[k] for k in i], pa.string()),
+            "sentence2": pa.array([self.sentences[k] for k in j], pa.string()),
+            "strategy": pa.array([strategy] * len(codes), pa.string()),
+            "retrieval_score": scores,
+        }
+        return pa.table(columns)

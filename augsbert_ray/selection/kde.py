@@ -1,0 +1,130 @@
+"""Rejection sampling that makes the silver score distribution follow the gold one.
+
+Regression (the paper's rule): keep a pair with score s with probability
+Q(s) = 1 if F_gold(s) >= F_silver(s) else F_gold(s) / F_silver(s). F_gold is scipy's gaussian_kde
+on the gold labels; F_silver is a gaussian_kde over a histogram of the silver scores merged across
+Ray Data blocks, so the silver set is never collected. ``exact`` mode scales Q by
+min(F_silver / F_gold), which makes the kept density proportional to F_gold.
+
+Classification: keep every positive (score >= 0.5) and the share of negatives that restores the
+gold negative/positive ratio.
+
+Each row is accepted when a hash of (seed, pair) falls below its Q, so the kept set does not depend
+on how Ray splits the data into blocks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import ray.data
+from scipy.stats import gaussian_kde
+
+from augsbert_ray.config import TaskType
+
+GRID = np.linspace(0.0, 1.0, 501)
+
+
+@dataclass(frozen=True)
+class AcceptanceCurve:
+    """Q evaluated on GRID (regression), or the negative keep rate (classification)."""
+
+    task: TaskType
+    q_grid: np.ndarray | None = None
+    negative_rate: float = 1.0
+
+    def probability(self, scores: np.ndarray) -> np.ndarray:
+        if self.task == "classification":
+            return np.where(scores >= 0.5, 1.0, self.negative_rate)
+        return np.interp(np.clip(scores, 0.0, 1.0), GRID, self.q_grid)
+
+
+def score_histogram(silver: ray.data.Dataset, bins: int, column: str = "score") -> np.ndarray:
+    """Counts of silver scores in ``bins`` equal bins over [0,1], summed across blocks on the workers."""
+
+    def count(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        hist, _ = np.histogram(np.clip(batch[column], 0.0, 1.0), bins=bins, range=(0.0, 1.0))
+        return {"bin": np.arange(bins), "count": hist}
+
+    rows = silver.map_batches(count, batch_format="numpy").groupby("bin").sum("count").take_all()
+    counts = np.zeros(bins, dtype=np.int64)
+    for row in rows:
+        counts[int(row["bin"])] = int(row["sum(count)"])
+    return counts
+
+
+def density_from_histogram(counts: np.ndarray) -> gaussian_kde:
+    """A KDE of the silver scores built from bin centres weighted by their counts."""
+    centres = (np.arange(len(counts)) + 0.5) / len(counts)
+    used = counts > 0
+    if used.sum() < 2:
+        raise ValueError("KDE selection needs silver scores spread over at least two histogram bins")
+    return gaussian_kde(centres[used], weights=counts[used])
+
+
+def silver_density(silver_counts: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """F_silver at ``points``: the histogram's KDE, or, when every score falls in one bin (a
+    near-constant cross-encoder), the histogram density itself, since a KDE of one point has no bandwidth."""
+    if np.count_nonzero(silver_counts) >= 2:
+        return density_from_histogram(silver_counts)(points)
+    bins = len(silver_counts)
+    index = np.minimum((np.clip(points, 0.0, 1.0) * bins).astype(int), bins - 1)
+    return silver_counts[index] * bins / max(silver_counts.sum(), 1)
+
+
+def regression_curve(gold_labels: np.ndarray, silver_counts: np.ndarray, mode: str) -> AcceptanceCurve:
+    if len(np.unique(gold_labels)) < 2:
+        raise ValueError("KDE selection needs at least two distinct gold scores")
+    if silver_counts.sum() == 0:
+        raise ValueError("KDE selection got no silver scores")
+    f_gold = gaussian_kde(gold_labels)(GRID)
+    f_silver = np.maximum(silver_density(silver_counts, GRID), 1e-12)
+    ratio = f_gold / f_silver
+    q = np.minimum(1.0, ratio) if mode == "paper" else ratio / ratio.max()
+    return AcceptanceCurve("regression", q_grid=q)
+
+
+def classification_curve(gold_labels: np.ndarray, silver_counts: np.ndarray) -> AcceptanceCurve:
+    """Keep all silver positives; keep negatives at the rate that gives the gold negative/positive ratio."""
+    gold_pos, gold_neg = int(np.sum(gold_labels == 1)), int(np.sum(gold_labels == 0))
+    if len(silver_counts) % 2:
+        raise ValueError(f"class-ratio selection needs an even bin count (a bin edge at 0.5), got {len(silver_counts)}")
+    half = len(silver_counts) // 2
+    silver_pos, silver_neg = int(silver_counts[half:].sum()), int(silver_counts[:half].sum())
+    if gold_pos == 0 or silver_neg == 0:
+        return AcceptanceCurve("classification", negative_rate=1.0)
+    wanted_negatives = silver_pos * gold_neg / gold_pos
+    return AcceptanceCurve("classification", negative_rate=float(min(1.0, wanted_negatives / silver_neg)))
+
+
+def pair_uniforms(sentences1: np.ndarray, sentences2: np.ndarray, seed: int) -> np.ndarray:
+    """A uniform [0,1) number per pair from a keyed hash of the unordered pair: stable across blocks and runs."""
+    key = seed.to_bytes(8, "little", signed=True)
+    out = np.empty(len(sentences1), dtype=np.float64)
+    for i, (a, b) in enumerate(zip(sentences1, sentences2)):
+        low, high = (a, b) if a <= b else (b, a)
+        digest = hashlib.blake2b(f"{low}\x00{high}".encode(), digest_size=8, key=key).digest()
+        out[i] = int.from_bytes(digest, "little") / 2.0**64
+    return out
+
+
+def mark_accepted(silver: ray.data.Dataset, curve: AcceptanceCurve, seed: int) -> ray.data.Dataset:
+    """Add the boolean `accepted` column; rows are kept, so counts before and after selection add up."""
+
+    def accept(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        draws = pair_uniforms(batch["sentence1"], batch["sentence2"], seed)
+        batch["accepted"] = draws < curve.probability(batch["score"].astype(np.float64))
+        return batch
+
+    return silver.map_batches(accept, batch_format="numpy")
+
+
+def select(
+    silver: ray.data.Dataset, gold_labels: np.ndarray, task: TaskType, seed: int, mode: str = "paper", bins: int = 100
+) -> tuple[ray.data.Dataset, AcceptanceCurve]:
+    """Mark which silver rows KDE (regression) or class-ratio (classification) selection keeps."""
+    counts = score_histogram(silver, bins)
+    curve = classification_curve(gold_labels, counts) if task == "classification" else regression_curve(gold_labels, counts, mode)
+    return mark_accepted(silver, curve, seed), curve

@@ -1,0 +1,38 @@
+"""Bi-encoder (SBERT) fit on gold, silver or gold+silver pairs. SBERT and AugSBERT share this path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from augsbert_ray.config import BiEncoderSpec, TrainingSpec
+from augsbert_ray.training.ray_fit import TrainFile, fit_on_ray, read_training_pairs, train_and_report, worker_setup
+
+
+def bi_encoder_train_loop(config: dict[str, Any]) -> None:
+    worker_setup(config)
+    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from sentence_transformers.sentence_transformer.losses import CosineSimilarityLoss, OnlineContrastiveLoss
+
+    spec = BiEncoderSpec.model_validate(config["spec"])
+    table = read_training_pairs(config["train_files"])
+    model = SentenceTransformer(config["model"])
+    model.max_seq_length = spec.max_seq_length
+    # Both losses use the silver labels: cosine regresses on the score, online contrastive
+    # thresholds it at 0.5 (so it is for 0/1 classification labels).
+    loss = CosineSimilarityLoss(model) if spec.loss == "cosine" else OnlineContrastiveLoss(model)
+    train_and_report(SentenceTransformerTrainer, SentenceTransformerTrainingArguments, model, loss, table, spec, config, True)
+
+
+def fit_bi_encoder(
+    spec: BiEncoderSpec,
+    model: str,
+    train_files: list[TrainFile],
+    resources: TrainingSpec,
+    seed: int,
+    storage: Path,
+    name: str,
+    model_dir: Path,
+) -> dict[str, Any]:
+    config = {"spec": spec.model_dump(mode="json"), "model": model, "train_files": train_files, "seed": seed}
+    return fit_on_ray(bi_encoder_train_loop, config, resources, storage, name, model_dir)

@@ -1,0 +1,168 @@
+"""Run a sentence-transformers fit inside a Ray Train TorchTrainer and collect the model it saves."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import ray.train
+from ray.train import Checkpoint, FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+
+from augsbert_ray.config import EncoderSpec, TrainingSpec
+from augsbert_ray.runtime import configure_torch_threads, log
+
+# (parquet file, column that holds the training target)
+TrainFile = tuple[str, str]
+
+
+def read_training_pairs(files: list[TrainFile]) -> pa.Table:
+    """sentence1, sentence2, label (float32) from gold files (`label`) and silver files (`score`)."""
+    parts = []
+    for path, target in files:
+        # selection marks rows instead of dropping them: train on the accepted ones
+        selected = [("accepted", "=", True)] if "accepted" in pq.read_schema(path).names else None
+        table = pq.read_table(path, columns=["sentence1", "sentence2", target], filters=selected)
+        parts.append(
+            pa.table(
+                {
+                    "sentence1": table.column("sentence1"),
+                    "sentence2": table.column("sentence2"),
+                    "label": table.column(target).cast(pa.float32()),
+                }
+            )
+        )
+    return pa.concat_tables(parts)
+
+
+def training_arguments(
+    args_cls: type,
+    encoder: EncoderSpec,
+    seed: int,
+    output_dir: str,
+    find_unused_parameters: bool,
+    checkpoint_every: int | None = None,
+) -> Any:
+    """The paper's optimizer settings. With ``checkpoint_every``, a full training state (weights,
+    optimizer, scheduler, RNG) is saved every that many steps, for resuming after a failure;
+    otherwise only the final model is kept (as a Ray checkpoint).
+
+    ``find_unused_parameters`` is DDP's: a bi-encoder leaves BERT's pooler unused (needs True), while
+    True makes DDP fire the cross-encoder head's gradient hook twice (needs False).
+    """
+    import torch
+
+    return args_cls(
+        output_dir=output_dir,
+        num_train_epochs=encoder.epochs,
+        per_device_train_batch_size=encoder.batch_size,
+        learning_rate=encoder.learning_rate,
+        warmup_ratio=encoder.warmup_ratio,
+        seed=seed,
+        data_seed=seed,
+        save_strategy="steps" if checkpoint_every else "no",
+        save_steps=checkpoint_every or 500,
+        save_total_limit=1,
+        report_to="none",
+        logging_steps=50,
+        disable_tqdm=True,
+        use_cpu=not torch.cuda.is_available(),
+        ddp_backend=None if torch.cuda.is_available() else "gloo",
+        ddp_find_unused_parameters=find_unused_parameters,
+    )
+
+
+def train_resuming(trainer: Any, checkpoint_every: int | None) -> tuple[Any, int]:
+    """Run ``trainer.train()``, resuming from the last training state Ray Train kept, if any.
+
+    After a worker failure Ray Train restarts the loop (FailureConfig.max_failures); the training
+    states that RayTrainReportCallback reported every ``checkpoint_every`` steps make it continue
+    where it stopped instead of starting over. Returns the train output and the step it resumed from.
+    """
+    if not checkpoint_every:
+        return trainer.train(), 0
+    from ray.train.huggingface.transformers import RayTrainReportCallback
+
+    trainer.add_callback(RayTrainReportCallback())
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None:
+        return trainer.train(), 0
+    with checkpoint.as_directory() as directory:
+        resume_from = Path(directory) / RayTrainReportCallback.CHECKPOINT_NAME
+        step = json.loads((resume_from / "trainer_state.json").read_text())["global_step"]
+        log.info("resuming from step %d (%s)", step, resume_from)
+        return trainer.train(resume_from_checkpoint=str(resume_from)), step
+
+
+def train_and_report(
+    trainer_cls: type, args_cls: type, model: Any, loss: Any, table: pa.Table, spec: EncoderSpec,
+    config: dict[str, Any], find_unused_parameters: bool,
+) -> None:
+    """Worker side of every fit: run the sentence-transformers trainer and report the final model."""
+    from datasets import Dataset
+
+    with tempfile.TemporaryDirectory() as output_dir:
+        args = training_arguments(
+            args_cls, spec, config["seed"], output_dir, find_unused_parameters, config["checkpoint_every"]
+        )
+        trainer = trainer_cls(model=model, args=args, train_dataset=Dataset(table), loss=loss)
+        result, resumed_from_step = train_resuming(trainer, config["checkpoint_every"])
+    metrics = {"train_loss": result.training_loss, "train_rows": table.num_rows, "steps": result.global_step}
+    report_final_model(model, {**metrics, "resumed_from_step": resumed_from_step})
+
+
+def report_final_model(model: Any, metrics: dict[str, Any]) -> None:
+    """Every worker reports; rank 0 attaches the saved model as the checkpoint."""
+    if ray.train.get_context().get_world_rank() == 0:
+        with tempfile.TemporaryDirectory() as tmp:
+            model.save_pretrained(tmp)
+            ray.train.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
+    else:
+        ray.train.report(metrics)
+
+
+def worker_setup(config: dict[str, Any]) -> None:
+    configure_torch_threads(config["threads"])
+
+
+def fit_on_ray(
+    train_loop: Callable[[dict[str, Any]], None],
+    loop_config: dict[str, Any],
+    resources: TrainingSpec,
+    storage: Path,
+    name: str,
+    model_dir: Path,
+) -> dict[str, Any]:
+    """Fit with ``resources.num_workers`` Ray Train workers and copy the final model to ``model_dir``."""
+    trainer = TorchTrainer(
+        train_loop,
+        train_loop_config={
+            **loop_config,
+            "threads": max(1, int(resources.cpus_per_worker)),
+            "checkpoint_every": resources.checkpoint_every,
+        },
+        scaling_config=ScalingConfig(
+            num_workers=resources.num_workers,
+            use_gpu=resources.use_gpu,
+            resources_per_worker={"CPU": resources.cpus_per_worker, **({"GPU": 1} if resources.use_gpu else {})},
+        ),
+        run_config=RunConfig(
+            name=name,
+            storage_path=str(storage.resolve()),
+            failure_config=FailureConfig(max_failures=resources.max_failures),
+        ),
+    )
+    log.info("training %s on %d Ray Train worker(s)", name, resources.num_workers)
+    result = trainer.fit()
+    if result.checkpoint is None:
+        raise RuntimeError(f"training {name} finished without a checkpoint")
+    if model_dir.exists():
+        shutil.rmtree(model_dir)
+    result.checkpoint.to_directory(str(model_dir))
+    return dict(result.metrics or {})

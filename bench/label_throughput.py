@@ -1,0 +1,210 @@
+"""Labeling throughput, side by side in one process, and peak memory of `augsbert label` at two sizes.
+
+(a) sentence-transformers CrossEncoder.predict, batch 64 (the reference)
+(b) the labeling engine at fp32            (c) the engine at int8 (ONNX Runtime)
+on STSb-recombined pairs with the packaged MiniLM and a fresh one-logit head (seed 0).
+FLOP utilization = useful transformer FLOPs (from the unpadded token counts the engine records)
+per second of (b), over the fp32 peak of a 2048x2048 torch matmul measured in this run.
+Peak RSS: the `augsbert label` process tree (driver, Ray services, actors), sampled every 0.5 s,
+labeling N pairs with a tiny BERT.
+
+    .venv/bin/python bench/label_throughput.py            # the figures in docs/BENCHMARKS.md
+    .venv/bin/python bench/label_throughput.py --pairs 500 --rss-pairs 2000,20000   # a quick check
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the tiny BERT builder the tests use
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from augsbert_ray.config import LabelingSpec, SamplingSpec  # noqa: E402
+from augsbert_ray.labeling import LabelJob, label_files  # noqa: E402
+from augsbert_ray.models import resolve_model  # noqa: E402
+from augsbert_ray.sampling import SentencePool, candidate_table  # noqa: E402
+
+THREADS = 2  # this machine's cores; the reference uses torch's default (all cores), the actor reserves both
+
+
+def stsb_sentences(data_dir: Path) -> list[str]:
+    sentences = []
+    for split in ("train", "dev", "test"):
+        for line in (data_dir / "stsb" / f"sts-{split}.csv").read_text(encoding="utf-8").splitlines():
+            sentences += line.split("\t")[5:7]
+    return sentences
+
+
+def recombined_pairs(sentences: list[str], count: int, seed: int) -> pa.Table:
+    """Random STSb-recombined pairs, made by the sampling package, with a pair_id to join results on."""
+    pool = SentencePool(sentences)
+    table = candidate_table("random", pool, np.zeros(0, dtype=np.int64), SamplingSpec(strategies=["random"]), seed, n_random=count)
+    return table.append_column("pair_id", pa.array(np.arange(table.num_rows), pa.int64()))
+
+
+def many_pairs(sentences: list[str], count: int, path: Path, seed: int) -> None:
+    """``count`` random pairs (repeats allowed) written in row groups, without building them all at once."""
+    strings = pa.array(sorted(set(sentences)))
+    rng = np.random.default_rng(seed)
+    step = 100_000
+    with pq.ParquetWriter(path, pa.schema([("sentence1", pa.string()), ("sentence2", pa.string()), ("pair_id", pa.int64())])) as writer:
+        for start in range(0, count, step):
+            n = min(step, count - start)
+            i, j = rng.integers(0, len(strings), n), rng.integers(0, len(strings), n)
+            writer.write_table(pa.table({"sentence1": strings.take(i), "sentence2": strings.take(j), "pair_id": np.arange(start, start + n)}), row_group_size=50_000)
+
+
+def matmul_peak(threads: int, size: int = 2048, repeats: int = 10) -> float:
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
+
+
+def transformer_flops(config, tokens: int, tokens_sq: int) -> float:
+    """Per layer: Q,K,V,O and the two FFN matmuls on every real token; QK^T and AV on n^2 per pair."""
+    d, ff, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    return layers * (2 * (4 * d * d + 2 * d * ff) * tokens + 4 * d * tokens_sq)
+
+
+def engine_run(model: str, input_file: Path, output: Path, precision: str) -> tuple[float, dict]:
+    spec = LabelingSpec(batch_size=64, cpus_per_actor=THREADS, precision=precision, shard_rows=5_000)
+    start = time.perf_counter()
+    result = label_files(str(input_file), output, LabelJob(model, "bench", spec))
+    return time.perf_counter() - start, result.totals
+
+
+def scores_by_id(output: Path) -> np.ndarray:
+    table = pq.read_table(output, columns=["pair_id", "score"]).sort_by("pair_id")
+    return table.column("score").to_numpy()
+
+
+def peak_rss_of_label(model: str, input_file: Path, output: Path) -> tuple[float, float]:
+    """Run `augsbert label` as a subprocess; return (peak RSS of its process tree in MB, seconds)."""
+    command = [sys.executable, "-m", "augsbert_ray.cli", "label", "--model", model, "--input", str(input_file),
+               "--output", str(output), "--cpus-per-actor", str(THREADS), "--batch-size", "256"]
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    root, peak = psutil.Process(process.pid), 0
+    while process.poll() is None:
+        total = 0
+        try:
+            for proc in [root, *root.children(recursive=True)]:
+                try:
+                    total += proc.memory_info().rss
+                except psutil.Error:
+                    pass
+        except psutil.Error:
+            pass
+        peak = max(peak, total)
+        time.sleep(0.5)
+    if process.returncode != 0:
+        raise RuntimeError(f"augsbert label exited {process.returncode}: {' '.join(command)}")
+    return peak / 2**20, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=20_000)
+    parser.add_argument("--rss-pairs", default="200000,2000000", help="two sizes for the tiny-BERT peak RSS")
+    parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "label_throughput.json")
+    args = parser.parse_args()
+
+    import ray
+    import torch
+    from scipy.stats import spearmanr
+    from sentence_transformers import CrossEncoder
+
+    work = Path(tempfile.mkdtemp(prefix="label_bench_"))
+    sentences = stsb_sentences(args.data_dir)
+    pairs_file = work / "pairs.parquet"
+    table = recombined_pairs(sentences, args.pairs, seed=0)
+    pq.write_table(table, pairs_file)
+    pairs = list(zip(table.column("sentence1").to_pylist(), table.column("sentence2").to_pylist()))
+
+    torch.manual_seed(0)
+    model_dir = work / "minilm_fresh_head"
+    CrossEncoder(resolve_model("minilm"), num_labels=1).save_pretrained(str(model_dir))
+    ray.init(num_cpus=THREADS, include_dashboard=False, runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}})
+    load_before = os.getloadavg()[0]
+
+    peak = matmul_peak(THREADS)
+    reference_model = CrossEncoder(str(model_dir))
+    reference_model.predict(pairs[:64], batch_size=64, show_progress_bar=False)
+    start = time.perf_counter()
+    reference = reference_model.predict(pairs, batch_size=64, show_progress_bar=False)
+    seconds = {"reference": time.perf_counter() - start}
+    del reference_model
+
+    seconds["fp32"], totals = engine_run(str(model_dir), pairs_file, work / "fp32", "fp32")
+    seconds["int8"], _ = engine_run(str(model_dir), pairs_file, work / "int8", "int8")
+    fp32, int8 = scores_by_id(work / "fp32"), scores_by_id(work / "int8")
+    load_after = os.getloadavg()[0]
+    ray.shutdown()
+
+    from transformers import AutoConfig
+
+    flops = transformer_flops(AutoConfig.from_pretrained(model_dir), totals["tokens"], totals["tokens_sq"])
+    rate = {name: args.pairs / s for name, s in seconds.items()}
+    results = {
+        "pairs": args.pairs,
+        "pairs_per_s": {name: round(value, 1) for name, value in rate.items()},
+        "ratio_fp32": round(rate["fp32"] / rate["reference"], 3),
+        "ratio_int8": round(rate["int8"] / rate["reference"], 3),
+        "max_abs_diff_fp32": float(np.max(np.abs(fp32 - reference))),
+        "spearman_int8": round(float(spearmanr(int8, reference)[0]), 5),
+        "flop_utilization_fp32": round(flops / seconds["fp32"] / peak, 4),
+        "matmul_peak_gflops": round(peak / 1e9, 1),
+        "useful_gflops_fp32": round(flops / seconds["fp32"] / 1e9, 1),
+        "padding_overhead_fp32": round(totals["padded_tokens"] / totals["tokens"] - 1, 4),
+        "load_average_1min": [round(load_before, 2), round(load_after, 2)],
+    }
+    print(json.dumps(results, indent=1), flush=True)
+
+    tiny = work / "tiny"
+    from tiny_model import build_tiny_bert
+
+    build_tiny_bert(tiny / "bert")
+    torch.manual_seed(0)
+    CrossEncoder(str(tiny / "bert"), num_labels=1).save_pretrained(str(tiny / "cross_encoder"))
+    small, large = (int(n) for n in args.rss_pairs.split(","))
+    for label, count in (("200k", small), ("2m", large)):
+        input_file = work / f"tiny_{count}.parquet"
+        many_pairs(sentences, count, input_file, seed=1)
+        rss, wall = peak_rss_of_label(str(tiny / "cross_encoder"), input_file, work / f"tiny_out_{count}")
+        results[f"peak_rss_mb_{label}"] = round(rss, 1)
+        results[f"tiny_pairs_per_s_{label}"] = round(count / wall, 1)
+        input_file.unlink()
+        print(f"tiny BERT, {count} pairs: peak RSS {rss:.0f} MB, {count / wall:.0f} pairs/s", flush=True)
+    results["rss_pairs"] = [small, large]
+    results["rss_ratio"] = round(results["peak_rss_mb_2m"] / results["peak_rss_mb_200k"], 3)
+    print(json.dumps(results, indent=1))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    print(f"written: {args.out}; work dir {work}")
+
+
+if __name__ == "__main__":
+    main()

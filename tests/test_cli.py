@@ -1,0 +1,48 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from augsbert_ray.cli import main
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["label"], ["evaluate"]])
+def test_help(command: list[str]) -> None:
+    out = subprocess.run([sys.executable, "-m", "augsbert_ray.cli", *command, "--help"], capture_output=True, text=True, check=True)
+    assert "usage: augsbert" in out.stdout
+
+
+def test_run_reports_spec_errors(tmp_path: Path, capsys) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("sampling:\n  strategy: bm25\n")
+    assert main(["run", str(job)]) == 2
+    assert "sampling.strategy: unknown key" in capsys.readouterr().err
+
+
+def test_label_command(ray_session, tiny_cross_encoder: Path, tmp_path: Path) -> None:
+    pairs = tmp_path / "pairs.parquet"
+    pq.write_table(pa.table({"q": ["a cat", "a dog", "rain"], "d": ["a kitten", "a car", "sun"], "id": [1, 2, 3]}), pairs)
+    out = tmp_path / "out"
+    args = ["label", "--model", str(tiny_cross_encoder), "--input", str(pairs), "--output", str(out), "--text-columns", "q,d"]
+    assert main(args) == 0
+    silver = pq.read_table(out)
+    assert sorted(silver.column("id").to_pylist()) == [1, 2, 3]
+    assert set(silver.column_names) >= {"q", "d", "id", "score", "labeler", "strategy"}
+
+
+def test_label_command_errors(tmp_path: Path, capsys) -> None:
+    assert main(["label", "--model", "./missing-model", "--input", "x.parquet", "--output", str(tmp_path)]) == 2
+    assert "model path not found" in capsys.readouterr().err
+
+
+def test_evaluate_command(tiny_model: Path, tmp_path: Path, capsys) -> None:
+    data = tmp_path / "pairs.jsonl"
+    rows = [("a cat sits", "a cat sat", 1), ("a dog runs", "stocks fell", 0), ("the sun", "the sun rises", 1), ("rain", "tax law", 0)]
+    data.write_text("\n".join(json.dumps({"sentence1": a, "sentence2": b, "label": y}) for a, b, y in rows))
+    assert main(["evaluate", str(tiny_model), "--data", str(data), "--task", "classification"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["kind"] == "bi_encoder" and 0 <= result["test"] <= 100 and "test_auc05" in result

@@ -1,0 +1,71 @@
+from pathlib import Path
+
+import pytest
+
+from augsbert_ray.config import JobSpec, SpecError, dump_spec, load_spec
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_are_complete_and_round_trip(tmp_path: Path) -> None:
+    spec = load_spec(None)
+    assert spec.data.dataset == "stsb" and spec.task == "regression"
+    assert spec.sampling.strategies == ["bm25", "random"] and spec.sampling.top_k == 3
+    assert (spec.bi_encoder.batch_size, spec.bi_encoder.learning_rate, spec.bi_encoder.warmup_ratio) == (16, 2e-5, 0.1)
+    again = load_spec(write(tmp_path, dump_spec(spec)))
+    assert again == spec
+
+
+def test_shipped_jobs_validate() -> None:
+    for job in Path(__file__).parents[1].glob("jobs/*.yaml"):
+        assert isinstance(load_spec(job), JobSpec), job
+
+
+def test_unknown_key_names_the_field(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"sampling\.topk: unknown key"):
+        load_spec(write(tmp_path, "sampling:\n  topk: 3\n"))
+
+
+def test_wrong_type_names_the_field(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"data\.train_limit"):
+        load_spec(write(tmp_path, "data:\n  train_limit: lots\n"))
+    with pytest.raises(SpecError, match=r"sampling\.strategies\.0"):
+        load_spec(None, ["sampling.strategies=[nonsense]"])
+
+
+def test_missing_file_names_the_field(tmp_path: Path) -> None:
+    text = "data:\n  dataset: null\n  train: {path: /nope/train.csv}\n  test: {path: /nope/test.csv}\n"
+    with pytest.raises(SpecError, match=r"data\.train\.path: .*file not found: /nope/train.csv"):
+        load_spec(write(tmp_path, text))
+
+
+def test_missing_model_path_names_the_field() -> None:
+    with pytest.raises(SpecError, match=r"cross_encoder\.model: .*model path not found"):
+        load_spec(None, ["cross_encoder.model=./no/such/model"])
+
+
+def test_set_overrides_keep_types() -> None:
+    spec = load_spec(None, ["data.train_limit=1000", "sampling.strategies=bm25", "labeling.max_actors=2", "seed=7"])
+    assert spec.data.train_limit == 1000
+    assert spec.sampling.strategies == ["bm25"]
+    assert spec.labeling.max_actors == 2 and spec.seed == 7
+
+
+def test_bad_overrides() -> None:
+    with pytest.raises(SpecError, match="KEY=VALUE"):
+        load_spec(None, ["data.train_limit"])
+    with pytest.raises(SpecError, match=r"seed: Input should be a valid integer"):
+        load_spec(None, ["seed.value=1"])
+    with pytest.raises(SpecError, match="min_actors"):
+        load_spec(None, ["labeling.min_actors=3", "labeling.max_actors=2"])
+
+
+def test_missing_spec_file_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="not found"):
+        load_spec(tmp_path / "absent.yaml")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_spec(write(tmp_path, "data: [unclosed\n"))

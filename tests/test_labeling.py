@@ -1,0 +1,215 @@
+"""The labeling engine: scores, resume after a kill, counts with rejects, bad-input errors, int8."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from augsbert_ray.cli import main
+from augsbert_ray.config import LabelingSpec
+from augsbert_ray.labeling import LabelJob, label_files
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def stsb_pairs(data_dir: Path, count: int) -> list[tuple[str, str]]:
+    lines = (data_dir / "stsb" / "sts-train.csv").read_text(encoding="utf-8").splitlines()[:count]
+    return [tuple(line.split("\t")[5:7]) for line in lines]
+
+
+def pair_table(pairs: list[tuple[str | None, str | None]]) -> pa.Table:
+    return pa.table({
+        "sentence1": [a for a, _ in pairs], "sentence2": [b for _, b in pairs], "pair_id": np.arange(len(pairs)),
+    })
+
+
+def test_scores_equal_a_direct_model_call(ray_session, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path) -> None:
+    from sentence_transformers import CrossEncoder
+
+    pairs = stsb_pairs(data_dir, 600)
+    pq.write_table(pair_table(pairs), tmp_path / "pairs.parquet", row_group_size=150)
+    spec = LabelingSpec(batch_size=32, min_actors=1, max_actors=2, shard_rows=150)
+    result = label_files(str(tmp_path / "pairs.parquet"), tmp_path / "silver", LabelJob(str(tiny_cross_encoder), "tiny@test", spec))
+    silver = pq.read_table(tmp_path / "silver").sort_by("pair_id")
+
+    assert (result.pairs_in, result.labeled, result.shards) == (600, 600, 4)
+    assert silver.column_names == ["sentence1", "sentence2", "pair_id", "score", "labeler", "strategy"]
+    assert silver.column("pair_id").to_pylist() == list(range(600))
+    assert set(silver.column("labeler").to_pylist()) == {"tiny@test"}
+    assert set(silver.column("strategy").to_pylist()) == {"given"}
+    direct = CrossEncoder(str(tiny_cross_encoder)).predict(pairs, batch_size=64)
+    assert np.ptp(direct) > 0  # the comparison below is between real, varied scores
+    assert np.max(np.abs(silver.column("score").to_numpy() - direct)) < 1e-5
+
+
+def test_counts_add_up_with_rejects_and_truncation(ray_session, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path) -> None:
+    pairs: list = list(stsb_pairs(data_dir, 200))
+    pairs[3] = ("", pairs[3][1])
+    pairs[50] = (pairs[50][0], None)
+    pairs[120] = ("   ", "also rejected: the other side is blank")
+    pairs[7] = (" ".join(["word"] * 80), pairs[7][1])  # beyond max_seq_length: truncated, still labeled
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps({"sentence1": a, "sentence2": b, "pair_id": i}) + "\n" for i, (a, b) in enumerate(pairs)))
+
+    spec = LabelingSpec(batch_size=16, shard_rows=64, max_seq_length=32)
+    result = label_files(str(path), tmp_path / "silver", LabelJob(str(tiny_cross_encoder), "tiny@test", spec))
+
+    assert (result.pairs_in, result.labeled, result.totals["rejected"]) == (200, 197, 3)
+    assert result.totals["truncated"] >= 1
+    assert "pairs in 200 = labeled 197 + rejected 3" in result.summary()
+    rejects = [json.loads(line) for line in result.rejects.read_text().splitlines()]
+    assert [(r["line"], r["field"], r["reason"]) for r in rejects] == [
+        (4, "sentence1", "empty sentence"), (51, "sentence2", "missing sentence"), (121, "sentence1", "empty sentence"),
+    ]
+    silver = pq.read_table(tmp_path / "silver")
+    assert sorted(silver.column("pair_id").to_pylist()) == sorted(set(range(200)) - {3, 50, 120})
+    manifest = json.loads(result.manifest.read_text())
+    assert manifest["complete"] and manifest["totals"]["pairs_in"] == 200 and len(manifest["shards"]) == 4
+    assert sum(shard["labeled"] for shard in manifest["shards"].values()) == 197
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+def test_resume_after_a_kill_labels_every_pair_once(tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path) -> None:
+    pairs = stsb_pairs(data_dir, 300) * 20  # 6000 pairs, 24 shards
+    pq.write_table(pair_table(pairs), tmp_path / "pairs.parquet", row_group_size=250)
+    output = tmp_path / "silver"
+    command = [sys.executable, "-m", "augsbert_ray.cli", "label", "--model", str(tiny_cross_encoder),
+               "--input", str(tmp_path / "pairs.parquet"), "--output", str(output), "--shard-rows", "250",
+               "--batch-size", "8", "--max-seq-length", "128"]
+    env = {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}  # its own local Ray
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while len(list(output.glob("part-*.parquet"))) < 2:
+        assert process.poll() is None and time.monotonic() < deadline, "the first run ended before it could be killed"
+        time.sleep(0.05)
+    tree = _tree(process.pid)  # the driver, its Ray services and the labeling actor, mid-shard
+    for proc in tree:
+        proc.send_signal(signal.SIGKILL)
+    process.wait()
+    psutil.wait_procs(tree, timeout=10)
+
+    finished = {path.name: path.stat().st_mtime_ns for path in output.glob("part-*.parquet")}
+    assert 2 <= len(finished) < 24, f"kill landed after {len(finished)} of 24 shards"
+
+    rerun = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert f"shards: 24, {len(finished)} already done" in rerun.stdout
+    assert "pairs in 6000 = labeled 6000 + rejected 0" in rerun.stdout
+    ids = pq.read_table(output, columns=["pair_id"]).column("pair_id").to_pylist()
+    assert sorted(ids) == list(range(6000))  # every pair, none twice
+    assert {name: (output / name).stat().st_mtime_ns for name in finished} == finished  # not rewritten
+    assert not list(output.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("case", ["missing column", "unreadable file", "no model", "no gpu"])
+def test_bad_input_gives_one_clear_error(case: str, ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys) -> None:
+    good = tmp_path / "pairs.parquet"
+    pq.write_table(pair_table([("a b", "c d")]), good)
+    args = ["label", "--model", str(tiny_cross_encoder), "--input", str(good), "--output", str(tmp_path / "out")]
+    expected = {
+        "missing column": "no column 'text_b'",
+        "unreadable file": "cannot read as parquet",
+        "no model": "model path not found",
+        "no gpu": "but the Ray cluster has 0 GPUs",
+    }[case]
+    if case == "missing column":
+        args += ["--text-columns", "sentence1,text_b"]
+    elif case == "unreadable file":
+        (tmp_path / "broken.parquet").write_bytes(b"not parquet at all")
+        args[4] = str(tmp_path / "broken.parquet")
+    elif case == "no model":
+        args[2] = str(tmp_path / "no_such_model")
+    else:
+        args += ["--gpus-per-actor", "1"]
+
+    assert main(args) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("augsbert label: error:") and expected in errors[0], errors
+    assert not list((tmp_path / "out").glob("part-*")), "no work may start on bad input"
+
+
+@pytest.fixture(scope="module")
+def minilm_with_trained_head(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """MiniLM with its one-logit head fitted in closed form (ridge, lambda 10, on the pooled output) to STSb labels:
+    scores that vary like a trained cross-encoder's. A random head on a random tiny BERT scores every pair
+    within ~1e-5 of the others, which no int8 path can rank."""
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    from augsbert_ray.models import resolve_model
+
+    torch.manual_seed(0)
+    model = CrossEncoder(resolve_model("minilm"), num_labels=1)
+    lines = (data_dir / "stsb" / "sts-dev.csv").read_text(encoding="utf-8").splitlines()[:256]
+    pairs, labels = [tuple(line.split("\t")[5:7]) for line in lines], np.array([float(line.split("\t")[4]) / 5 for line in lines])
+    hf_model = model[0].auto_model
+    with torch.inference_mode():
+        features = model.tokenizer([a for a, _ in pairs], [b for _, b in pairs], padding=True, return_tensors="pt")
+        pooled = hf_model.bert(**features).pooler_output.double().numpy()
+    centered = pooled - pooled.mean(0)
+    weights = np.linalg.solve(centered.T @ centered + 10 * np.eye(centered.shape[1]), centered.T @ (labels - labels.mean()))
+    with torch.no_grad():
+        hf_model.classifier.weight.copy_(torch.from_numpy(weights * 4).float()[None])
+        hf_model.classifier.bias.fill_(float(-(pooled.mean(0) @ weights) * 4))
+    directory = tmp_path_factory.mktemp("minilm_trained_head")
+    model.save_pretrained(str(directory))
+    return directory
+
+
+def test_int8_labels_correlate_with_fp32(ray_session, minilm_with_trained_head: Path, data_dir: Path, tmp_path: Path) -> None:
+    from scipy.stats import spearmanr
+
+    lines = (data_dir / "stsb" / "sts-test.csv").read_text(encoding="utf-8").splitlines()[:300]
+    pq.write_table(pair_table([tuple(line.split("\t")[5:7]) for line in lines]), tmp_path / "pairs.parquet")
+    scores = {}
+    for precision in ("fp32", "int8"):
+        spec = LabelingSpec(batch_size=32, cpus_per_actor=2, precision=precision)
+        label_files(str(tmp_path / "pairs.parquet"), tmp_path / precision, LabelJob(str(minilm_with_trained_head), "m", spec))
+        scores[precision] = pq.read_table(tmp_path / precision).sort_by("pair_id").column("score").to_numpy()
+    assert np.std(scores["fp32"]) > 0.05
+    assert spearmanr(scores["int8"], scores["fp32"])[0] >= 0.99
+    assert (tmp_path / "int8" / "_onnx").is_dir()
+
+
+def test_sentence_list_is_paired_by_a_sampling_strategy(ray_session, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path, capsys) -> None:
+    sentences = sorted({s for pair in stsb_pairs(data_dir, 100) for s in pair})
+    (tmp_path / "sentences.txt").write_text("\n".join(sentences) + "\n\n")
+    args = ["label", "--model", str(tiny_cross_encoder), "--sentences", str(tmp_path / "sentences.txt"),
+            "--strategy", "random", "--pairs", "120", "--output", str(tmp_path / "out")]
+    assert main(args) == 0
+    assert "pairs in 120 = labeled 120 + rejected 0" in capsys.readouterr().out
+    silver = pq.read_table(tmp_path / "out")
+    assert silver.num_rows == 120 and set(silver.column("strategy").to_pylist()) == {"random"}
+    pairs = {frozenset(p) for p in zip(silver.column("sentence1").to_pylist(), silver.column("sentence2").to_pylist())}
+    assert len(pairs) == 120 and all(len(p) == 2 for p in pairs)  # no self-pairs, (a,b) = (b,a) once
+    assert main(args) == 0  # same arguments: the shard is kept
+    assert "1 already done" in capsys.readouterr().out
+
+
+def test_csv_shards_end_at_records_not_at_quoted_newlines(tmp_path: Path) -> None:
+    from augsbert_ray.labeling.plan import plan_shards, read_shard
+
+    path = tmp_path / "pairs.csv"
+    path.write_text('sentence1,sentence2,id\na,"b, with a comma",0\n"two\nlines",c,1\nd,e,2\n"""quoted""",f,3\ng,h,4')
+    shards = plan_shards([str(path)], "csv", ("sentence1", "sentence2"), shard_rows=2)
+    assert [shard.first_row for shard in shards] == [0, 2, 4]
+    rows = [row for shard in shards for table in read_shard(shard, window=10) for row in table.to_pylist()]
+    assert [row["id"] for row in rows] == [0, 1, 2, 3, 4]
+    assert [row["sentence1"] for row in rows] == ["a", "two\nlines", "d", '"quoted"', "g"]
+    assert len({shard.name for shard in shards}) == 3
+    assert [s.name for s in plan_shards([str(path)], "csv", ("sentence1", "sentence2"), shard_rows=2)] == [s.name for s in shards]

@@ -1,0 +1,44 @@
+import numpy as np
+import pytest
+
+from augsbert_ray.evaluation import auc_at_fpr, best_threshold, f1_at, jaccard_scores, metrics_from_scores, spearman_x100
+
+
+def test_spearman_by_hand() -> None:
+    # ranks (1,2,3,4) vs (1,3,2,4): d^2 = 0+1+1+0 = 2 -> rho = 1 - 6*2/(4*15) = 0.8
+    assert spearman_x100([0.1, 0.2, 0.3, 0.4], [1, 3, 2, 4]) == pytest.approx(80.0)
+
+
+def test_f1_and_threshold_by_hand() -> None:
+    scores, labels = [0.1, 0.35, 0.4, 0.8], [0, 1, 0, 1]
+    # threshold 0.35: predicted 1 for 0.35, 0.4, 0.8 -> tp=2, fp=1, fn=0 -> P=2/3, R=1 -> F1=0.8
+    assert f1_at(scores, labels, 0.35) == pytest.approx(80.0)
+    # threshold 0.8: tp=1, fp=0, fn=1 -> F1 = 2/3
+    assert f1_at(scores, labels, 0.8) == pytest.approx(200 / 3)
+    assert best_threshold(scores, labels) == pytest.approx(0.35)
+    assert f1_at(scores, labels, 0.9) == 0.0
+
+
+def test_auc05_by_hand() -> None:
+    assert auc_at_fpr([0.9, 0.8, 0.2, 0.1], [1, 1, 0, 0]) == pytest.approx(1.0)
+    assert auc_at_fpr([0.9, 0.8, 0.2, 0.1], [0, 0, 1, 1]) == pytest.approx(0.0)
+    # 1 positive ranked first, then 20 negatives, then the other positive: TPR is 0.5 over FPR [0, 0.05]
+    scores = [1.0] + [0.5 - i * 0.01 for i in range(20)] + [0.0]
+    labels = [1] + [0] * 20 + [1]
+    assert auc_at_fpr(scores, labels) == pytest.approx(0.5)
+    # one negative on top of everything: FPR jumps to 1/20 = 0.05 before any positive -> area 0
+    assert auc_at_fpr([1.0] + [0.9, 0.8] + [0.1] * 19, [0, 1, 1] + [0] * 19) == pytest.approx(0.0)
+
+
+def test_jaccard_by_hand() -> None:
+    got = jaccard_scores(["A cat sat.", "x"], ["a cat ran", "y"])
+    assert got.tolist() == pytest.approx([2 / 4, 0.0])
+
+
+def test_classification_threshold_comes_from_dev() -> None:
+    dev_scores, dev_labels = np.array([0.2, 0.6, 0.7]), np.array([0, 1, 1])
+    test_scores, test_labels = np.array([0.55, 0.65, 0.1]), np.array([1, 1, 0])
+    result = metrics_from_scores("classification", dev_scores, dev_labels, test_scores, test_labels)
+    assert result.threshold == pytest.approx(0.6)
+    assert result.test == pytest.approx(200 * 0.5 / 1.5)  # only 0.65 predicted positive: P=1, R=0.5
+    assert result.test_auc05 == pytest.approx(1.0)  # the negative ranks last

@@ -1,0 +1,64 @@
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import yaml
+
+from augsbert_ray.cli import main
+
+STRATEGIES = {"bm25": "augsbert_bm25", "random": "augsbert_rs", "kde": "augsbert_kde", "semantic": "augsbert_ss"}
+MODELS = ("cross_encoder", "sbert", *STRATEGIES.values(), "zero_shot", "jaccard")
+
+
+def test_whole_run_on_a_tiny_model(ray_session, tiny_model: Path, data_dir: Path, tmp_path: Path, capsys) -> None:
+    overrides = [
+        "data.train_limit=300",
+        f"cross_encoder.model={tiny_model}",
+        f"bi_encoder.model={tiny_model}",
+        f"evaluation.zero_shot_model={tiny_model}",
+        "cross_encoder.epochs=1",
+        f"output_dir={tmp_path}",
+        "name=tiny",
+        "sampling.strategies=[bm25, random, kde, semantic]",
+        "sampling.kde_pool=3000",
+    ]
+    args = ["run", "jobs/stsb_indomain_bm25.yaml", "--data-dir", str(data_dir)]
+    for override in overrides:
+        args += ["--set", override]
+    assert main(args) == 0
+    (run_dir,) = tmp_path.glob("tiny-*")
+
+    for name in ("spec.yaml", "metrics.json", "report.md", "score_density.png", "rejects.jsonl"):
+        assert (run_dir / name).is_file(), name
+    for name in ("cross_encoder", "sbert", *STRATEGIES.values()):
+        assert (run_dir / "models" / name / "model.safetensors").is_file(), name
+    assert yaml.safe_load((run_dir / "spec.yaml").read_text())["data"]["train_limit"] == 300
+
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert set(metrics["test"]) == set(MODELS) and set(metrics["dev"]) == set(MODELS)
+    assert all(-100 <= value <= 100 for value in metrics["test"].values())
+    counts = metrics["counts"]
+    assert counts["rows_read"] == counts["accepted"] + counts["rejected"] == 8628
+    assert counts["gold_train"] == 300
+    for strategy, model in STRATEGIES.items():
+        labeled = pq.read_table(run_dir / "silver" / ("kde_pool" if strategy == "kde" else strategy))
+        assert counts["candidates"][strategy] == counts["labeled"][strategy] == labeled.num_rows > 0
+        assert set(labeled.column("strategy").to_pylist()) == {strategy}
+        assert labeled.column("score").null_count == 0
+        diagnostics = metrics["sampling"][strategy]
+        assert diagnostics["candidates"] == counts["candidates"][strategy]
+        assert diagnostics["kept"] == counts["kept"][strategy] == counts["trained_on"][model] - 300
+        assert 0 <= diagnostics["high_similarity_share"] <= 1 and diagnostics["kl_gold_silver"] >= 0
+    kde = pq.read_table(run_dir / "silver" / "kde")
+    assert kde.num_rows == counts["labeled"]["kde"] == 3000  # selection marks rows, never drops them
+    assert sum(kde.column("accepted").to_pylist()) == counts["kept"]["kde"] < 3000
+    assert counts["kept"]["bm25"] == counts["labeled"]["bm25"]  # no selection for BM25
+    assert counts["candidates"]["random"] == counts["candidates"]["bm25"]  # RS matches BM25's size by default
+    trained = counts["trained_on"]
+    assert trained["sbert"] == 300 and trained["cross_encoder"] == 600
+    assert set(metrics["wall_seconds"]) >= {"read gold data", "train cross-encoder", "sample and label candidates", "total"}
+    assert "AugSBERT-KDE" in (run_dir / "report.md").read_text() and "KL(gold, silver)" in (run_dir / "report.md").read_text()
+    report = (run_dir / "report.md").read_text()
+    for title in ("Cross-encoder", "SBERT (gold only)", "AugSBERT-BM25", "AugSBERT-RS", "Zero-shot", "Jaccard"):
+        assert title in report
+    assert "run directory" in capsys.readouterr().out

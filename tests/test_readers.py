@@ -1,0 +1,135 @@
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from augsbert_ray.config import DataSpec, SourceSpec
+from augsbert_ray.data import DataNotFoundError, TooManyRejectsError, check_reject_fraction, load_gold, read_pairs, resolve_data_dir, write_rejects
+
+
+def reasons(result) -> list[tuple[int, str, str]]:
+    return [(r.line, r.field, r.reason.split(" ")[0]) for r in result.rejects]
+
+
+def test_csv_with_column_map_and_every_reject_kind(tmp_path: Path) -> None:
+    path = tmp_path / "pairs.csv"
+    path.write_bytes(
+        b"first,second,gold\n"
+        b"a cat,a dog,0.5\n"  # line 2 ok
+        b"a cat,,0.5\n"  # line 3 empty sentence
+        b"a cat,a dog,high\n"  # line 4 non-numeric
+        b"a cat,a dog,1.5\n"  # line 5 out of range
+        b"a cat,a dog\n"  # line 6 missing field
+        b"caf\xe9,a dog,0.1\n"  # line 7 bad UTF-8 (latin-1)
+        b'"quoted, with comma",b,1\n'  # line 8 ok
+    )
+    source = SourceSpec(path=path, columns={"sentence1": "first", "sentence2": "second", "label": "gold"})
+    result = read_pairs(source, "regression")
+    assert result.table.column("sentence1").to_pylist() == ["a cat", "quoted, with comma"]
+    assert sorted(reasons(result)) == [
+        (3, "sentence2", "empty"),
+        (4, "label", "non-numeric"),
+        (5, "label", "score"),
+        (6, "label", "missing"),
+        (7, "(line)", "bad"),
+    ]
+    assert result.rows_read == result.table.num_rows + len(result.rejects) == 7
+    assert all(r.file == str(path) for r in result.rejects)
+
+
+def test_score_range_normalizes(tmp_path: Path) -> None:
+    path = tmp_path / "pairs.tsv"
+    path.write_text("sentence1\tsentence2\tlabel\nx\ty\t4\nx\tz\t\"2\n")
+    result = read_pairs(SourceSpec(path=path, score_range=(0, 5)), "regression")
+    assert result.table.column("label").to_pylist() == [0.8]
+    assert reasons(result) == [(3, "label", "non-numeric")]  # tsv reads quotes literally
+
+
+def test_jsonl_and_classification_labels(tmp_path: Path) -> None:
+    path = tmp_path / "pairs.jsonl"
+    lines = [
+        {"sentence1": "a", "sentence2": "b", "label": 1},
+        {"sentence1": "a", "sentence2": "c", "label": "0"},
+        {"sentence1": "a", "sentence2": "d", "label": 2},
+        {"sentence1": "a", "label": 1},
+    ]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n{not json\n")
+    result = read_pairs(SourceSpec(path=path), "classification")
+    assert result.table.column("label").to_pylist() == [1, 0]
+    assert result.table.schema.field("label").type == pa.int64()
+    assert reasons(result) == [(3, "label", "bad"), (4, "sentence2", "missing"), (5, "(line)", "invalid")]
+
+
+def test_parquet_rows_count_as_lines(tmp_path: Path) -> None:
+    path = tmp_path / "pairs.parquet"
+    pq.write_table(pa.table({"s1": ["a", "b"], "s2": ["c", " "], "y": [0.1, 0.2]}), path)
+    result = read_pairs(SourceSpec(path=path, columns={"sentence1": "s1", "sentence2": "s2", "label": "y"}), "regression")
+    assert result.table.num_rows == 1 and reasons(result) == [(2, "sentence2", "empty")]
+
+
+def test_missing_column_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "pairs.csv"
+    path.write_text("a,b,c\nx,y,1\n")
+    with pytest.raises(ValueError, match=r"pairs.csv:1: header has no column 'sentence1'"):
+        read_pairs(SourceSpec(path=path), "regression")
+
+
+def test_named_formats_read_cleanly(data_dir: Path) -> None:
+    stsb = read_pairs(SourceSpec(path=data_dir / "stsb/sts-train.csv", format="stsb"), "regression")
+    assert stsb.table.num_rows == 5749 and not stsb.rejects  # SOURCE.txt: train 5749, 9-field lines included
+    assert stsb.table.slice(0, 1).to_pylist()[0]["label"] == 1.0  # 5.000 / 5
+    mrpc = read_pairs(SourceSpec(path=data_dir / "mrpc/msr_paraphrase_train.txt", format="mrpc"), "classification")
+    assert mrpc.table.num_rows == 4076 and sum(mrpc.table.column("label").to_pylist()) == 2753
+    bws = read_pairs(SourceSpec(path=data_dir / "bws/BWS_corpus.csv", format="bws"), "regression")
+    assert bws.table.num_rows == 3400 and len(set(bws.table.column("topic").to_pylist())) == 8
+
+
+def test_stsb_bad_lines_become_rejects(tmp_path: Path) -> None:
+    path = tmp_path / "sts.csv"
+    path.write_text("g\tf\t2012\t1\t3.2\tA \"quoted\tB\ng\tf\t2012\t2\t7.0\tA\tB\ng\tf\t2012\t3\n")
+    result = read_pairs(SourceSpec(path=path, format="stsb"), "regression")
+    assert result.table.column("sentence1").to_pylist() == ['A "quoted']
+    assert reasons(result) == [(2, "label", "score"), (3, "sentence1", "missing")]
+
+
+def test_load_gold_splits_and_limit(data_dir: Path) -> None:
+    stsb = load_gold(DataSpec(train_limit=1000), seed=1, data_dir=data_dir)
+    again = load_gold(DataSpec(train_limit=1000), seed=1, data_dir=data_dir)
+    other = load_gold(DataSpec(train_limit=1000), seed=2, data_dir=data_dir)
+    assert (stsb.train.num_rows, stsb.dev.num_rows, stsb.test.num_rows) == (1000, 1500, 1379)
+    assert stsb.train.equals(again.train) and not stsb.train.equals(other.train)
+    assert stsb.rows_read == 8628 and stsb.train_before_limit == 5749
+
+    mrpc = load_gold(DataSpec(dataset="mrpc"), seed=1, data_dir=data_dir)
+    assert mrpc.task == "classification" and mrpc.train.num_rows + mrpc.dev.num_rows == 4076
+
+    cross = load_gold(DataSpec(dataset="bws"), seed=1, data_dir=data_dir)
+    assert set(cross.test.column("topic").to_pylist()) == {"Nuclear energy", "School uniforms"}
+    in_topic = load_gold(DataSpec(dataset="bws", bws_split="in-topic"), seed=1, data_dir=data_dir)
+    sizes = (in_topic.train.num_rows, in_topic.dev.num_rows, in_topic.test.num_rows)
+    assert sum(sizes) == 3400 and abs(sizes[0] - 2471) < 10 and abs(sizes[1] - 478) < 10
+
+
+def test_data_dir_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUGSBERT_DATA_DIR", str(tmp_path))
+    assert resolve_data_dir() == tmp_path.resolve()
+    with pytest.raises(DataNotFoundError, match="dataset 'stsb' is missing .*sts-train.csv.*AUGSBERT_DATA_DIR"):
+        load_gold(DataSpec(), seed=1)
+    monkeypatch.delenv("AUGSBERT_DATA_DIR")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataNotFoundError, match=r"shared/data .* does not exist: get the files"):
+        resolve_data_dir()
+
+
+def test_reject_fraction_gate(tmp_path: Path) -> None:
+    path = tmp_path / "pairs.csv"
+    path.write_text("sentence1,sentence2,label\n" + "a,b,0.5\n" * 98 + "a,,0.5\na,b,x\n")
+    result = read_pairs(SourceSpec(path=path), "regression")
+    rejects_file = tmp_path / "rejects.jsonl"
+    write_rejects(result.rejects, rejects_file)
+    assert [json.loads(line)["line"] for line in rejects_file.read_text().splitlines()] == [100, 101]
+    check_reject_fraction(result.rows_read, result.rejects, 0.02, rejects_file)  # 2% is allowed
+    with pytest.raises(TooManyRejectsError, match=r"2 of 100 rows rejected .*pairs.csv:100 field 'sentence2'"):
+        check_reject_fraction(result.rows_read, result.rejects, 0.01, rejects_file)

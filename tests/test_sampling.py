@@ -1,0 +1,128 @@
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from augsbert_ray.config import DataSpec, LabelingSpec, SamplingSpec
+from augsbert_ray.data import load_gold
+from augsbert_ray.sampling import SentencePool, candidate_table
+from augsbert_ray.sampling.bm25 import bm25_neighbours
+from augsbert_ray.sampling.semantic import build_index
+from augsbert_ray.sampling.random_pairs import _triangle_to_pair
+
+
+@pytest.fixture(scope="module")
+def gold(data_dir):
+    return load_gold(DataSpec(train_limit=400), seed=3, data_dir=data_dir)
+
+
+def pair_set(table: pa.Table) -> list[frozenset]:
+    return [frozenset(p) for p in zip(table.column("sentence1").to_pylist(), table.column("sentence2").to_pylist())]
+
+
+def test_triangle_mapping_covers_every_pair_once() -> None:
+    for n in (2, 3, 10, 57):
+        i, j = _triangle_to_pair(np.arange(n * (n - 1) // 2), n)
+        assert np.all(i < j) and np.all(j < n)
+        assert len(set(zip(i.tolist(), j.tolist()))) == n * (n - 1) // 2
+
+
+def check_invariants(table: pa.Table, gold, strategy: str) -> list[frozenset]:
+    pairs = pair_set(table)
+    gold_pairs = {frozenset(p) for split in (gold.train, gold.dev, gold.test) for p in pair_set(split)}
+    assert table.num_rows > 0
+    assert all(len(p) == 2 for p in pairs), "self-pair"
+    assert not set(pairs) & gold_pairs, "gold pair among candidates"
+    assert len(set(pairs)) == len(pairs), "duplicate in either order"
+    assert set(table.column("strategy").to_pylist()) == {strategy}
+    return pairs
+
+
+@pytest.mark.parametrize("strategy", ["bm25", "random", "kde"])
+def test_candidate_invariants(gold, strategy: str) -> None:
+    pool = SentencePool.from_pairs(gold.train)
+    excluded = pool.gold_codes([gold.train, gold.dev, gold.test])
+    table = candidate_table(strategy, pool, excluded, SamplingSpec(), seed=5, n_random=1500)
+    pairs = check_invariants(table, gold, strategy)
+    again = candidate_table(strategy, pool, excluded, SamplingSpec(), seed=5, n_random=1500)
+    assert again.equals(table)
+    if strategy != "bm25":
+        assert table.num_rows == 1500
+        other = candidate_table(strategy, pool, excluded, SamplingSpec(), seed=6, n_random=1500)
+        assert set(pair_set(other)) != set(pairs)
+
+
+@pytest.mark.parametrize("strategy", ["semantic", "bm25+semantic"])
+def test_semantic_candidate_invariants(ray_session, gold, tiny_model, strategy: str) -> None:
+    pool = SentencePool.from_pairs(gold.train)
+    excluded = pool.gold_codes([gold.train, gold.dev, gold.test])
+    kwargs = {"semantic_model": str(tiny_model), "resources": LabelingSpec()}
+    table = candidate_table(strategy, pool, excluded, SamplingSpec(top_k=2), seed=5, **kwargs)
+    pairs = check_invariants(table, gold, strategy)
+    assert table.num_rows <= 2 * len(pool) * (2 if strategy == "bm25+semantic" else 1)
+    if strategy == "bm25+semantic":
+        bm25 = set(pair_set(candidate_table("bm25", pool, excluded, SamplingSpec(top_k=2), seed=5)))
+        semantic = set(pair_set(candidate_table("semantic", pool, excluded, SamplingSpec(top_k=2), seed=5, **kwargs)))
+        assert set(pairs) == bm25 | semantic
+    else:
+        assert candidate_table(strategy, pool, excluded, SamplingSpec(top_k=2), seed=5, **kwargs).equals(table)
+
+
+def test_bm25_keeps_top_k_per_query() -> None:
+    sentences = [f"apple banana {w}" for w in ("cherry", "date", "elder", "fig", "grape")] + ["zebra only", "zebra too"]
+    pool = SentencePool(sentences)
+    table = candidate_table("bm25", pool, np.empty(0, np.int64), SamplingSpec(top_k=2), seed=0)
+    assert table.num_rows <= 7 * 2  # each query contributes at most 2; the union is de-duplicated
+    pairs = set(pair_set(table))
+    assert frozenset({"zebra only", "zebra too"}) in pairs
+    # a pair with no shared term is never a neighbour
+    assert not any(any("zebra" in s for s in p) and any("apple" in s for s in p) for p in pairs)
+
+
+def test_sharded_bm25_equals_unsharded(ray_session, gold) -> None:
+    import bm25s
+
+    sentences = SentencePool.from_pairs(gold.train).sentences
+    depth = 6
+    ids, scores = bm25_neighbours(sentences, depth, shard_size=len(sentences))
+    sharded_ids, sharded_scores = bm25_neighbours(sentences, depth, shard_size=97, query_chunk=150)
+    np.testing.assert_allclose(sharded_scores, scores, rtol=1e-5)
+    # where scores are not tied, the neighbours themselves agree (the last hit may tie with an unseen one)
+    untied = np.abs(scores[:, :-1] - scores[:, 1:]).min(axis=1) > 1e-4
+    assert untied.sum() > len(sentences) // 4
+    np.testing.assert_array_equal(sharded_ids[untied, :-1], ids[untied, :-1])
+    # and the scores are plain bm25s scores over the whole corpus
+    reference = bm25s.BM25()
+    tokens = bm25s.tokenize(sentences, stopwords="en", show_progress=False)
+    reference.index(tokens, show_progress=False)
+    _, reference_scores = reference.retrieve(tokens, k=depth, show_progress=False)
+    np.testing.assert_allclose(scores, reference_scores, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw", "ivf"])
+def test_faiss_top_k_matches_brute_force_cosine(kind: str) -> None:
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(2000, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    _, ids = build_index(vectors, kind, threshold=10_000).search(vectors, 5)
+    brute = np.argsort(-(vectors @ vectors.T), axis=1)[:, :5]
+    recall = np.mean([len(set(a) & set(b)) / 5 for a, b in zip(ids, brute)])
+    assert recall == 1.0 if kind == "flat" else recall > 0.85, recall
+
+
+def test_bad_sampling_input_is_an_error() -> None:
+    empty = np.empty(0, np.int64)
+    with pytest.raises(ValueError, match="top_k must be positive"):
+        candidate_table("bm25", SentencePool(["a b", "a c"]), empty, SamplingSpec.model_construct(top_k=0), seed=0)
+    with pytest.raises(ValueError, match="more neighbours than the 2 other sentences"):
+        candidate_table("bm25", SentencePool(["a b", "a c", "a d"]), empty, SamplingSpec(top_k=3), seed=0)
+    with pytest.raises(ValueError, match="empty corpus"):
+        candidate_table("bm25", SentencePool([]), empty, SamplingSpec(), seed=0)
+    with pytest.raises(ValueError, match="single sentence"):
+        candidate_table("bm25", SentencePool(["alone"]), empty, SamplingSpec(), seed=0)
+    with pytest.raises(ValueError, match="corpus of 1 sentence"):
+        candidate_table("random", SentencePool(["alone"]), empty, SamplingSpec(), seed=0, n_random=1)
+    pool = SentencePool(["a", "b", "c", "d"])
+    excluded = pool.gold_codes([pa.table({"sentence1": ["a"], "sentence2": ["b"]})])
+    assert candidate_table("random", pool, excluded, SamplingSpec(), seed=0, n_random=5).num_rows == 5
+    with pytest.raises(ValueError, match="asked for 6 random pairs but the pool of 4 sentences has only 5"):
+        candidate_table("random", pool, excluded, SamplingSpec(), seed=0, n_random=6)

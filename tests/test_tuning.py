@@ -1,0 +1,170 @@
+"""Seed optimization on Ray Tune with the tiny BERT: culling, exact resume, step accounting, ASHA, top-k, CLI."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from augsbert_ray.cli import main
+from augsbert_ray.config import JobSpec, SpecError, load_spec
+from augsbert_ray.data import load_gold
+from augsbert_ray.tuning.search import SearchSetup, plan_trials, record, run_phase, search, trial_config
+from augsbert_ray.tuning.trial_loop import cull_step, eval_steps, total_steps
+
+TRAIN_ROWS, BATCH, EPOCHS = 40, 8, 4  # 5 steps per epoch, 20 in all
+SEEDS = [11, 12, 13]
+
+
+@pytest.mark.parametrize(
+    ("tuning", "message"),
+    [
+        ("{cull_at: 0}", r"tuning\.cull_at: .*strictly between 0 and 1"),
+        ("{cull_at: 1}", r"tuning\.cull_at: .*strictly between 0 and 1"),
+        ("{cull_at: 1.5}", r"tuning\.cull_at: .*strictly between 0 and 1"),
+        ("{seeds: []}", r"tuning\.seeds: .*seed list is empty"),
+        ("{seeds: 0}", r"tuning\.seeds: .*at least one seed"),
+        ("{seeds: [1, 1]}", r"tuning\.seeds: .*repeat"),
+        ("{seeds: 3, keep: 4}", r"tuning: .*keep \(4\) exceeds the number of trials of sbert \(3\)"),
+        ("{seeds: [1, 2], top_k: [2, 3], keep: 4, models: [augsbert_bm25]}", None),
+        ("{seeds: [1, 2], top_k: [2, 3], keep: 5, models: [augsbert_bm25]}", r"keep \(5\) exceeds .* augsbert_bm25 \(4\)"),
+        ("{models: [augsbert_kde]}", r"tuning: .*augsbert_kde.* not among the bi-encoders"),
+        ("{top_k: []}", r"tuning\.top_k: .*non-empty"),
+    ],
+)
+def test_bad_tuning_spec_names_the_field(tuning: str, message: str | None) -> None:
+    if message is None:
+        assert load_spec(None, [f"tuning={tuning}"]).tuning.keep == 4
+        return
+    with pytest.raises(SpecError, match=message):
+        load_spec(None, [f"tuning={tuning}"])
+
+
+def test_step_arithmetic() -> None:
+    assert total_steps(rows=85, batch_size=8, workers=1, epochs=2) == 20  # DDP drops the partial batch
+    assert eval_steps(total=20, cull=4, every=0.5) == [4, 10, 20]
+    for total in range(5, 300):
+        # n trials to the cull step plus one to the end never cost more than n*cull_at + (1 - cull_at) fits
+        assert 5 * cull_step(total, 0.2) + total - cull_step(total, 0.2) <= 1.8 * total
+    assert cull_step(10, 0.3) == 3 and cull_step(5, 0.2) == 1
+    with pytest.raises(ValueError, match="too short to cull at 0.2: it needs at least 5 steps"):
+        cull_step(4, 0.2)
+
+
+@pytest.fixture(scope="module")
+def gold_files(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    spec = load_spec(None, [f"data.train_limit={TRAIN_ROWS}"])
+    gold = load_gold(spec.data, spec.seed, data_dir)
+    directory = tmp_path_factory.mktemp("tuning_gold")
+    pq.write_table(gold.train, directory / "train.parquet")
+    pq.write_table(gold.dev.slice(0, 150), directory / "dev.parquet")
+    return str(directory / "train.parquet"), str(directory / "dev.parquet")
+
+
+def tiny_spec(tiny_model: Path, tuning: str, epochs: int = EPOCHS) -> JobSpec:
+    return load_spec(None, [
+        f"bi_encoder.model={tiny_model}", f"bi_encoder.batch_size={BATCH}", f"bi_encoder.epochs={epochs}",
+        "bi_encoder.learning_rate=0.001",  # large enough that seeds part ways within a few steps
+        f"tuning={tuning}",
+    ])
+
+
+def test_only_the_best_goes_on_and_resumes_exactly(ray_session, tiny_model: Path, gold_files, tmp_path: Path) -> None:
+    train, dev = gold_files
+    # cull_at 0.3 of 20 steps = step 6, in the second epoch: resuming must restore the epoch's data order too
+    spec = tiny_spec(tiny_model, f"{{seeds: {SEEDS}, cull_at: 0.3, keep: 1, eval_every: 0.25, cpus_per_trial: 0.6}}")
+    setup = SearchSetup(spec, "sbert", str(tiny_model), dev, tmp_path / "tune")
+    outcome = search(setup, {None: [(train, "label")]}, tmp_path / "models" / "sbert")
+
+    total, cull = 20, 6
+    trials = {trial.seed: trial for trial in outcome.trials}
+    cull_scores = {seed: trial.cull_score for seed, trial in trials.items()}
+    assert len(set(cull_scores.values())) == len(SEEDS), cull_scores  # seeds differ, so the choice means something
+    best = max(cull_scores, key=cull_scores.get)
+    for seed, trial in trials.items():
+        steps = [step for step, _ in trial.history]
+        if seed == best:
+            assert trial.status == "survived" and steps == [5, 6, 10, 15, 20] and trial.steps == total
+            assert trial.final_score is not None and outcome.chosen == trial.name
+        else:  # culled: never trained past the cull step
+            assert trial.status == "culled" and steps == [5, 6] and trial.steps == cull and trial.final_score is None
+    # steps are accounted for: what the workers ran, against training every trial fully
+    assert outcome.steps_spent == len(SEEDS) * cull + (total - cull)
+    assert outcome.steps_full == len(SEEDS) * total
+
+    survivor = trials[best]
+    reference = next(t for t in plan_trials(setup, {None: [(train, "label")]}) if t.seed == best)
+    results = run_phase(setup, [trial_config(setup, reference, "uninterrupted", None, None)], "uninterrupted")
+    record(reference, results[reference.name], cull)
+    assert reference.steps == total and reference.history == survivor.history
+    resumed = load_file(str(tmp_path / "models" / "sbert" / "model.safetensors"))
+    uninterrupted = load_file(str(Path(reference.checkpoint) / "model.safetensors"))
+    assert resumed.keys() == uninterrupted.keys()
+    assert all(torch.equal(resumed[name], uninterrupted[name]) for name in resumed)
+    initial = load_file(str(tiny_model / "model.safetensors"))
+    assert not torch.equal(resumed["embeddings.word_embeddings.weight"], initial["embeddings.word_embeddings.weight"])
+
+
+def test_asha_stops_trials_at_the_cull_rung(ray_session, tiny_model: Path, gold_files, tmp_path: Path) -> None:
+    train, dev = gold_files
+    # One trial at a time, so that the order in which trials reach the rung is the plan order.
+    tuning = f"{{seeds: {SEEDS}, scheduler: asha, eval_every: 1.0, max_concurrent_trials: 1, cpus_per_trial: 0.5}}"
+    spec = tiny_spec(tiny_model, tuning, epochs=10)
+    setup = SearchSetup(spec, "sbert", str(tiny_model), dev, tmp_path / "tune")
+    outcome = search(setup, {None: [(train, "label")]}, tmp_path / "models" / "sbert")
+
+    total, rung = 50, 10
+    scores = [trial.cull_score for trial in outcome.trials]
+    for i, trial in enumerate(outcome.trials):
+        # Tune's ASHA (reduction factor = number of trials): the cutoff is the (1 - 1/3) quantile of the scores
+        # recorded at the rung *before* this trial's; the first trial always goes on
+        goes_on = i == 0 or scores[i] >= np.nanpercentile(scores[:i], (1 - 1 / len(SEEDS)) * 100)
+        steps = [step for step, _ in trial.history]
+        if goes_on:
+            assert trial.status == "survived" and steps == [rung, total] and trial.steps == total
+        else:  # Tune stops it at the rung; the fit may run on a little before it sees that, and counts those steps
+            assert trial.status == "culled" and steps == [rung] and rung <= trial.steps <= total
+    assert outcome.trials[0].status == "survived"  # ASHA lets the first trial through every rung
+    assert outcome.chosen == max((t for t in outcome.trials if t.final_score is not None), key=lambda t: t.final_score).name
+
+
+def test_tune_command_searches_top_k_with_silver_made_once(
+    ray_session, tiny_model: Path, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path, capsys
+) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        f"name: tiny-tune\noutput_dir: {tmp_path}\n"
+        f"data: {{train_limit: {TRAIN_ROWS}}}\n"
+        f"bi_encoder: {{model: {tiny_model}, batch_size: {BATCH}, learning_rate: 0.001}}\n"
+        "sampling: {strategies: [bm25], top_k: 1}\n"
+        "tuning: {seeds: [1, 2], top_k: [1, 2], keep: 1, models: [augsbert_bm25], eval_every: 0.5, cpus_per_trial: 0.45}\n"
+    )
+    args = ["tune", str(job), "--data-dir", str(data_dir), "--cross-encoder", str(tiny_cross_encoder)]
+    assert main(args) == 0
+    (run_dir,) = tmp_path.glob("tiny-tune-*")
+    summary = json.loads((run_dir / "tuning.json").read_text())
+    result = summary["models"]["augsbert_bm25"]
+    trials = result["trials"]
+    assert sorted((t["top_k"], t["seed"]) for t in trials) == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    # each k's silver was labeled once, and all seeds of that k trained on the very same files
+    silver = {k: sorted(run_dir.glob(f"tuning_silver/top_k{k}/silver/bm25/*.parquet")) for k in (1, 2)}
+    for k, files in silver.items():
+        assert files and all(sorted(t["train_files"][1:]) == [str(f) for f in files] for t in trials if t["top_k"] == k)
+    labeled = {k: summary["counts"]["tuning_silver"][f"top_k={k}"]["labeled"]["bm25"] for k in (1, 2)}
+    assert labeled[1] == sum(pq.ParquetFile(f).metadata.num_rows for f in silver[1]) < labeled[2]
+    assert sorted(t["status"] for t in trials) == ["culled", "culled", "culled", "survived"]
+    assert result["steps_spent"] == sum(t["steps"] for t in trials) < result["steps_full"]
+    assert result["chosen"] in {t["name"] for t in trials if t["status"] == "survived"}
+    assert isinstance(result["chosen_test"], float)
+    assert (run_dir / "models" / "augsbert_bm25" / "model.safetensors").is_file()
+    report = (run_dir / "tuning.md").read_text()
+    assert "(chosen)" in report and "culled" in report and "dev at cull point" in report
+    assert "tuning.md" not in capsys.readouterr().err
+
+
+def test_tune_command_needs_a_tuning_section(capsys) -> None:
+    assert main(["tune", "jobs/stsb_indomain_bm25.yaml"]) == 2
+    assert "needs a 'tuning' section" in capsys.readouterr().err
