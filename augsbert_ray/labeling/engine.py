@@ -122,14 +122,19 @@ def prepare_output(output: Path, key: dict[str, Any], shards: list[Shard]) -> di
     strangers = sorted(p.name for p in output.glob("part-*.parquet") if p.name not in planned)
     if strangers:
         raise SpecError(f"--output {output} has {len(strangers)} shard(s) not from this input, e.g. {strangers[0]}; use another --output")
-    for partial in list(output.glob(".part-*.tmp")) + list((output / "_rejects").glob(".part-*.tmp")):
-        partial.unlink()
+    remove_partials(output)
     done = {}
     for shard in shards:
         path = output / shard.name
         if path.exists():
             done[shard.name] = json.loads(pq.read_metadata(path).metadata[STATS_KEY])
     return done
+
+
+def remove_partials(output: Path) -> None:
+    """Temp files of shard attempts that never finished: a killed driver's, or an actor's on a node that died."""
+    for partial in list(output.glob(".part-*.tmp")) + list((output / "_rejects").glob(".part-*.tmp")):
+        partial.unlink(missing_ok=True)
 
 
 def write_manifest(output: Path, key: dict[str, Any], stats: dict[str, dict[str, Any]], shards: list[Shard], final: bool) -> None:
@@ -183,6 +188,7 @@ def label_files(
             stats[row["shard"]] = {name: (int(value) if name in COUNT_KEYS else value) for name, value in row.items()}
             write_manifest(output, key, stats, shards, final=False)
             log.info("shard %s: %d labeled, %d rejected (%d/%d shards)", row["shard"], row["labeled"], row["rejected"], len(stats), len(shards))
+    remove_partials(output)  # every shard is final now; a retried shard's lost attempt may have left its temp file
     write_manifest(output, key, stats, shards, final=True)
     rejects = merge_rejects(output, shards)
     result = LabelResult(output, len(shards), skipped, {name: sum(s[name] for s in stats.values()) for name in COUNT_KEYS},

@@ -75,8 +75,9 @@ class ShardLabeler:
         stats = {"shard": shard.name, "pairs_in": 0, "labeled": 0, "rejected": 0, "truncated": 0, "tokens": 0, "tokens_sq": 0, "padded_tokens": 0}
         schema = output_schema(shard.schema)
         final = self.output / shard.name
-        tmp = self.output / f".{shard.name}.{uuid.uuid4().hex[:8]}.tmp"
-        rejects_tmp = self.output / "_rejects" / f".{shard.name}.tmp"
+        attempt = uuid.uuid4().hex[:8]  # a retried shard may overlap a dying actor's attempt: never share a temp file
+        tmp = self.output / f".{shard.name}.{attempt}.tmp"
+        rejects_tmp = self.output / "_rejects" / f".{shard.name}.{attempt}.tmp"
         rejects: list[Reject] = []
         with pq.ParquetWriter(tmp, schema) as writer:
             for table in read_shard(shard, WINDOW):
