@@ -18,13 +18,13 @@ Models: 'minilm' (the packaged all-MiniLM-L6-v2), a local directory, or a Huggin
 
 def _run(args: argparse.Namespace) -> int:
     from augsbert_ray.config import load_spec
-    from augsbert_ray.pipeline import run_in_domain
+    from augsbert_ray.pipeline import run_job
 
     overrides = list(args.set or [])
     if args.address:
         overrides.append(f"ray.address={args.address}")
     spec = load_spec(args.job, overrides)
-    run_dir = run_in_domain(spec, data_dir=args.data_dir)
+    run_dir = run_job(spec, data_dir=args.data_dir)
     print(f"run directory: {run_dir}")
     print((run_dir / "report.md").read_text(encoding="utf-8").split("## Counts")[0])
     return 0
@@ -59,6 +59,7 @@ def _parse_actors(text: str) -> tuple[int, int]:
 
 def _label(args: argparse.Namespace) -> int:
     from augsbert_ray.config import LabelingSpec
+    from augsbert_ray.data import read_sentences
     from augsbert_ray.labeling import LabelJob, label_files, label_table
     from augsbert_ray.labeling.engine import check_model
     from augsbert_ray.models import model_fingerprint, resolve_model
@@ -79,7 +80,7 @@ def _label(args: argparse.Namespace) -> int:
     )
     output = Path(args.output)
     if args.sentences:
-        sentences = _read_sentences(Path(args.sentences))
+        sentences = read_sentences(Path(args.sentences))
         init_ray(args.address)
         job = LabelJob(model, model_fingerprint(model), spec, strategy=args.strategy)
         result = label_table(_pair_sentences(sentences, args), output / "_candidates" / f"{args.strategy}.parquet", output, job)
@@ -89,29 +90,6 @@ def _label(args: argparse.Namespace) -> int:
     print(result.summary())
     print(f"labeled pairs: {result.output}  manifest: {result.manifest}  rejects: {result.rejects}")
     return 0
-
-
-def _read_sentences(path: Path) -> list[str]:
-    """One sentence per line (.txt), or the `sentence` column of a csv/jsonl/parquet file."""
-    if not path.is_file():
-        raise SpecError(f"--sentences {path}: no such file")
-    if path.suffix in (".txt", ""):
-        sentences = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-    else:
-        from augsbert_ray.labeling.plan import input_format, read_schema
-
-        fmt = input_format([str(path)], None)
-        read_schema(str(path), fmt, ("sentence", "sentence"))
-        import pyarrow.csv as pacsv
-        import pyarrow.json as pajson
-        import pyarrow.parquet as pq
-
-        reader = {"parquet": pq.read_table, "csv": pacsv.read_csv, "jsonl": pajson.read_json}[fmt]
-        sentences = [s.strip() for s in reader(str(path)).column("sentence").to_pylist() if s]
-    sentences = [s for s in sentences if s]
-    if len(set(sentences)) < 2:
-        raise SpecError(f"--sentences {path}: needs at least two distinct non-empty sentences")
-    return sentences
 
 
 def _pair_sentences(sentences: list[str], args: argparse.Namespace):
@@ -210,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="run a job spec end to end",
         description="Run a job: train the cross-encoder on gold pairs, sample and label candidates, "
-        "train SBERT and AugSBERT bi-encoders, evaluate, and write a run directory "
+        "train SBERT and AugSBERT bi-encoders, evaluate, and write a run directory. With scenario: domain-transfer, "
+        "the cross-encoder learns the labeled source (data) and AugSBERT the target's silver labels alone "
         "(spec.yaml, silver/, models/, metrics.json, report.md, score_density.png).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

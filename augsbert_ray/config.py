@@ -76,14 +76,23 @@ class DataSpec(_Strict):
     test: SourceSpec | None = None
     task: TaskType | None = Field(None, description="Default: the named dataset's task, else regression.")
     train_limit: int | None = Field(None, gt=0, description="Reproducible random subset of N gold train pairs.")
+    eval_limit: int | None = Field(None, gt=0, description="Reproducible random subsets of N dev and N test pairs (quick runs).")
     dev_fraction: float = Field(0.1, gt=0, lt=1, description="Dev split carved from train when there is no dev file.")
     max_reject_fraction: float = Field(0.01, ge=0, le=1)
 
     @model_validator(mode="after")
     def _has_sources(self) -> "DataSpec":
-        if self.dataset is None and (self.train is None or self.test is None):
-            raise ValueError("without a named 'dataset', both 'train' and 'test' files are required")
+        # A transfer target may have no train split (its unlabeled sentences come from target.sentences);
+        # the job checks that every other data section has one.
+        if self.dataset is None and self.test is None:
+            raise ValueError("without a named 'dataset', a 'test' file is required")
+        if self.dataset is None and self.train is None and self.dev is None:
+            raise ValueError("without a named 'dataset' or a 'train' file, a 'dev' file is required")
         return self
+
+    @property
+    def has_train(self) -> bool:
+        return self.dataset is not None or self.train is not None
 
     @property
     def resolved_task(self) -> TaskType:
@@ -266,6 +275,39 @@ def tuning_top_ks(tuning: TuningSpec | None, sampling: SamplingSpec, model: str)
     return [None]
 
 
+class TargetSpec(_Strict):
+    """The target domain of ``scenario: domain-transfer``. Its train split is used without its labels (only
+    the SBERT-target upper bound sees them); AugSBERT trains on the cross-encoder's silver labels alone."""
+
+    data: DataSpec = Field(
+        DataSpec(dataset="bws", bws_split="in-topic"),
+        description="The target's splits: dev picks thresholds, test scores every model. Default: BWS in-topic.",
+    )
+    candidates: Literal["pairs", "sentences"] = Field(
+        "pairs", description="pairs: the target's train pairs as given; sentences: recombined by sampling.strategies."
+    )
+    sentences: Path | None = Field(
+        None, description="Unlabeled target sentences (.txt one per line, or a file with a `sentence` column) to recombine."
+    )
+
+    @field_validator("sentences")
+    @classmethod
+    def _sentences_exist(cls, path: Path | None) -> Path | None:
+        if path is not None and not path.is_file():
+            raise ValueError(f"file not found: {path}")
+        return path
+
+    @model_validator(mode="after")
+    def _has_unlabeled_text(self) -> "TargetSpec":
+        if self.candidates == "pairs" and self.sentences is not None:
+            raise ValueError("'sentences' are recombined into pairs: set candidates: sentences")
+        if not self.data.has_train and self.sentences is None:
+            raise ValueError("the target needs unlabeled text: a 'data.train' split (or named dataset), or 'sentences'")
+        if self.candidates == "pairs" and not self.data.has_train:
+            raise ValueError("candidates: pairs uses the target's train pairs, and data.train is not set")
+        return self
+
+
 class RaySpec(_Strict):
     address: str | None = Field(None, description="None starts an embedded local Ray; 'auto' or a URL joins a cluster.")
     num_cpus: int | None = Field(None, gt=0, description="CPUs for an embedded local Ray (default: all).")
@@ -273,7 +315,9 @@ class RaySpec(_Strict):
 
 class JobSpec(_Strict):
     name: str = "augsbert"
-    scenario: Literal["in-domain"] = "in-domain"
+    scenario: Literal["in-domain", "domain-transfer"] = Field(
+        "in-domain", description="in-domain: gold + silver of one dataset; domain-transfer: source gold, target silver."
+    )
     output_dir: Path = Path("runs")
     seed: int = 42
     data: DataSpec = DataSpec()
@@ -285,10 +329,31 @@ class JobSpec(_Strict):
     evaluation: EvaluationSpec = EvaluationSpec()
     ray: RaySpec = RaySpec()
     tuning: TuningSpec | None = Field(None, description="Seed optimization for the bi-encoder fits; off when absent.")
+    target: TargetSpec | None = Field(None, description="The target domain; used (and required) by domain-transfer.")
+
+    @model_validator(mode="after")
+    def _scenario_fits(self) -> "JobSpec":
+        if not self.data.has_train:
+            raise ValueError("data: the gold (or, for domain-transfer, source) data needs a 'train' split")
+        if self.scenario == "in-domain" and self.target is not None:
+            raise ValueError("'target' is for scenario: domain-transfer")
+        if self.scenario == "domain-transfer":
+            if self.target is None:
+                raise ValueError("scenario: domain-transfer needs a 'target' section")
+            if self.tuning is not None:
+                raise ValueError("tuning runs in the in-domain scenario only")
+            if "kde" in self.sampling.strategies and self.target.candidates == "sentences":
+                raise ValueError("sampling.strategies: kde matches the gold score distribution, which a transfer target lacks")
+        return self
 
     @property
     def task(self) -> TaskType:
         return self.data.resolved_task
+
+    @property
+    def evaluation_task(self) -> TaskType:
+        """The task models are scored on: the target's in domain transfer."""
+        return self.target.data.resolved_task if self.scenario == "domain-transfer" and self.target else self.task
 
     def bi_encoder_names(self) -> list[str]:
         return bi_encoder_names(self.sampling)

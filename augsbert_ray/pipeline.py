@@ -13,20 +13,23 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
 import ray.data
+from ray.data.expressions import col
 
-from augsbert_ray.config import JobSpec, bi_encoder_name, dump_spec
-from augsbert_ray.data import GoldData, check_reject_fraction, load_gold, write_rejects
+from augsbert_ray.config import DataSpec, JobSpec, bi_encoder_name, dump_spec
+from augsbert_ray.data import GoldData, check_reject_fraction, load_gold, read_sentences, write_rejects
 from augsbert_ray.evaluation import Evaluation, evaluate_on_ray
 from augsbert_ray.labeling import LabelJob, label_table
 from augsbert_ray.models import model_fingerprint, resolve_model
 from augsbert_ray.report import plot_score_densities, write_report
 from augsbert_ray.runtime import init_ray, log
-from augsbert_ray.sampling import SentencePool, available_pairs, candidate_table
+from augsbert_ray.sampling import SentencePool, available_pairs, candidate_table, given_pairs
 from augsbert_ray.selection import score_histogram, select, silver_diagnostics
 from augsbert_ray.training import fit_bi_encoder, fit_cross_encoder
+from augsbert_ray.training.ray_fit import TrainFile
 from augsbert_ray.tuning.report import write_tuning_report
 from augsbert_ray.tuning.stage import chosen_rows, silver_by_top_k, tune_bi_encoder
 
@@ -55,8 +58,8 @@ class RunState:
 
     def metrics(self, spec: JobSpec) -> dict[str, Any]:
         return {
-            "task": spec.task,
-            "metric": "spearman_x100" if spec.task == "regression" else "f1_x100",
+            "task": spec.evaluation_task,
+            "metric": "spearman_x100" if spec.evaluation_task == "regression" else "f1_x100",
             "dev": {name: result.dev for name, result in self.evaluations.items()},
             "test": {name: result.test for name, result in self.evaluations.items()},
             "details": {name: result.to_dict() for name, result in self.evaluations.items()},
@@ -78,23 +81,34 @@ def new_run_dir(spec: JobSpec) -> Path:
 
 
 def read_gold(spec: JobSpec, state: RunState, data_dir: str | Path | None) -> GoldData:
-    gold = load_gold(spec.data, spec.seed, data_dir)
-    rejects_path = state.run_dir / "rejects.jsonl"
+    """The gold (in-domain) or source (transfer) pairs, into gold/ with rejects.jsonl and counts."""
+    return read_splits(spec.data, spec.seed, state, data_dir, "gold", "")
+
+
+def read_target(spec: JobSpec, state: RunState, data_dir: str | Path | None) -> GoldData:
+    """The transfer target's splits, into target/ with target_rejects.jsonl and target_* counts."""
+    assert spec.target is not None
+    return read_splits(spec.target.data, spec.seed, state, data_dir, "target", "target_")
+
+
+def read_splits(data: DataSpec, seed: int, state: RunState, data_dir: str | Path | None, folder: str, prefix: str) -> GoldData:
+    gold = load_gold(data, seed, data_dir)
+    rejects_path = state.run_dir / f"{prefix}rejects.jsonl"
     write_rejects(gold.rejects, rejects_path)
-    state.counts.update(
-        rows_read=gold.rows_read,
-        rejected=len(gold.rejects),
-        accepted=gold.rows_read - len(gold.rejects),
-        gold_train_before_limit=gold.train_before_limit,
-        gold_train=gold.train.num_rows,
-        gold_dev=gold.dev.num_rows,
-        gold_test=gold.test.num_rows,
-    )
-    check_reject_fraction(gold.rows_read, gold.rejects, spec.data.max_reject_fraction, rejects_path)
-    gold_dir = state.run_dir / "gold"
-    gold_dir.mkdir(exist_ok=True)
+    state.counts.update({
+        f"{prefix}rows_read": gold.rows_read,
+        f"{prefix}rejected": len(gold.rejects),
+        f"{prefix}accepted": gold.rows_read - len(gold.rejects),
+        f"{prefix or 'gold_'}train_before_limit": gold.train_before_limit,
+        f"{prefix or 'gold_'}train": gold.train.num_rows,
+        f"{prefix or 'gold_'}dev": gold.dev.num_rows,
+        f"{prefix or 'gold_'}test": gold.test.num_rows,
+    })
+    check_reject_fraction(gold.rows_read, gold.rejects, data.max_reject_fraction, rejects_path)
+    split_dir = state.run_dir / folder
+    split_dir.mkdir(exist_ok=True)
     for split in ("train", "dev", "test"):
-        pq.write_table(gold.split(split), gold_dir / f"{split}.parquet")
+        pq.write_table(gold.split(split), split_dir / f"{split}.parquet")
     return gold
 
 
@@ -109,16 +123,45 @@ def random_budget(spec: JobSpec, pool: SentencePool, excluded, bm25_count: int |
     return min(bm25_count or spec.sampling.top_k * len(pool), available_pairs(pool, excluded))
 
 
+@dataclass
+class CandidateSource:
+    """What candidates are drawn from: a sentence pool, the pairs that must never be candidates, and the
+    gold labels that KDE selection and the diagnostics compare the silver scores with."""
+
+    pool: SentencePool
+    excluded: np.ndarray
+    gold_labels: np.ndarray
+
+    @classmethod
+    def in_domain(cls, gold: GoldData) -> "CandidateSource":
+        """Gold-train sentences recombined; no gold pair (train, dev or test) is a candidate."""
+        pool = SentencePool.from_pairs(gold.train)
+        return cls(pool, pool.gold_codes([gold.train, gold.dev, gold.test]), train_labels(gold))
+
+
+def train_labels(gold: GoldData) -> np.ndarray:
+    return gold.train.column("label").to_numpy().astype(np.float64)
+
+
+def label_candidates(spec: JobSpec, state: RunState, strategy: str, candidates: pa.Table, cross_encoder_dir: Path) -> Path:
+    """Label one strategy's candidates on the actor pool into silver/<strategy>/ (streaming, resumable)."""
+    labeled_dir = state.run_dir / "silver" / (f"{strategy}_pool" if strategy == "kde" else strategy)
+    labeler = model_fingerprint(str(cross_encoder_dir))
+    log.info("labeling %d %s candidates with %s", candidates.num_rows, strategy, labeler)
+    job = LabelJob(str(cross_encoder_dir), labeler, spec.labeling, strategy=strategy)
+    labeled = label_table(candidates, state.run_dir / "candidates" / f"{strategy}.parquet", labeled_dir, job)
+    state.counts["candidates"][strategy] = candidates.num_rows
+    state.counts["labeled"][strategy] = labeled.labeled
+    return labeled_dir
+
+
 def make_silver(
-    spec: JobSpec, state: RunState, gold: GoldData, cross_encoder_dir: Path, sbert_dir: Path
+    spec: JobSpec, state: RunState, source: CandidateSource, cross_encoder_dir: Path, sbert_dir: Path
 ) -> tuple[dict[str, Path], dict[str, np.ndarray]]:
     """Per strategy: sample candidates, label them on the actor pool into silver/<strategy>/ (streaming),
     select (KDE), and measure the kept score distribution. Returns silver dirs and kept-score histograms."""
-    pool = SentencePool.from_pairs(gold.train)
-    excluded = pool.gold_codes([gold.train, gold.dev, gold.test])
-    labeler = model_fingerprint(str(cross_encoder_dir))
+    pool, excluded, gold_labels = source.pool, source.excluded, source.gold_labels
     semantic_model = str(sbert_dir) if spec.sampling.semantic_model == "gold" else resolve_model(spec.sampling.semantic_model)
-    gold_labels = gold.train.column("label").to_numpy().astype(np.float64)
     state.counts.update(sentences=len(pool), candidates={}, labeled={}, kept={})
     state.sampling = {}
     silver_dirs: dict[str, Path] = {}
@@ -134,19 +177,14 @@ def make_silver(
         )
         count = candidates.num_rows
         bm25_count = count if strategy == "bm25" else bm25_count
-        labeled_dir = state.run_dir / "silver" / (f"{strategy}_pool" if strategy == "kde" else strategy)
-        log.info("labeling %d %s candidates with %s", count, strategy, labeler)
-        job = LabelJob(str(cross_encoder_dir), labeler, spec.labeling, strategy=strategy)
-        labeled = label_table(candidates, state.run_dir / "candidates" / f"{strategy}.parquet", labeled_dir, job)
-        state.counts["candidates"][strategy] = count
-        state.counts["labeled"][strategy] = labeled.labeled
+        labeled_dir = label_candidates(spec, state, strategy, candidates, cross_encoder_dir)
         silver_dir = labeled_dir
         kept = ray.data.read_parquet(str(labeled_dir))
         if strategy == "kde":
             silver_dir = state.run_dir / "silver" / strategy
             selected, _ = select(kept, gold_labels, spec.task, spec.seed, spec.sampling.kde_mode, spec.sampling.kde_bins)
             selected.write_parquet(str(silver_dir))
-            kept = ray.data.read_parquet(str(silver_dir)).filter(expr="accepted")
+            kept = ray.data.read_parquet(str(silver_dir)).filter(expr=col("accepted"))
         histograms[strategy] = score_histogram(kept, spec.sampling.kde_bins)
         state.sampling[strategy] = silver_diagnostics(gold_labels, count, histograms[strategy])
         state.counts["kept"][strategy] = state.sampling[strategy]["kept"]
@@ -166,12 +204,66 @@ def train_bi_encoder(spec: JobSpec, state: RunState, name: str, files: list[tupl
     state.counts["trained_on"][name] = int(metrics["train_rows"])  # after selection's `accepted` filter
 
 
-def run_in_domain(spec: JobSpec, data_dir: str | Path | None = None, run_dir: Path | None = None) -> Path:
-    """Run the whole in-domain method and return the run directory."""
+def start_run(spec: JobSpec, run_dir: Path | None) -> RunState:
     state = RunState(run_dir or new_run_dir(spec))
     (state.run_dir / "spec.yaml").write_text(dump_spec(spec), encoding="utf-8")
     log.info("run directory: %s", state.run_dir)
     init_ray(spec.ray.address, spec.ray.num_cpus)
+    return state
+
+
+def train_cross_encoder(spec: JobSpec, state: RunState, gold: GoldData, gold_file: TrainFile) -> Path:
+    cross_encoder_dir = state.run_dir / "models" / "cross_encoder"
+    state.counts["trained_on"] = {"cross_encoder": gold.train.num_rows * (2 if spec.cross_encoder.both_orders else 1)}
+    fit_cross_encoder(
+        spec.cross_encoder, resolve_model(spec.cross_encoder.model), spec.task, [gold_file],
+        spec.training, spec.seed, state.run_dir / "ray_train", cross_encoder_dir,
+    )
+    return cross_encoder_dir
+
+
+def evaluate_models(spec: JobSpec, state: RunState, bi_encoders: list[str], eval_set: GoldData) -> None:
+    """Every model on the dev and test split, each evaluation a Ray task: the cross-encoder, the bi-encoders
+    in models/, the untrained zero-shot bi-encoder and the Jaccard baseline."""
+    models_dir = state.run_dir / "models"
+    jobs = {"cross_encoder": ("cross_encoder", str(models_dir / "cross_encoder"))}
+    jobs.update({name: ("bi_encoder", str(models_dir / name)) for name in bi_encoders})
+    jobs["zero_shot"] = ("bi_encoder", resolve_model(spec.evaluation.zero_shot_model))
+    jobs["jaccard"] = ("jaccard", None)
+    task = spec.evaluation_task
+    refs = {
+        name: evaluate_on_ray(kind, model, task, eval_set.dev, eval_set.test, spec.evaluation.cpus, spec.evaluation.gpus)
+        for name, (kind, model) in jobs.items()
+    }
+    state.evaluations = {name: ray.get(ref) for name, ref in refs.items()}
+
+
+def write_outputs(spec: JobSpec, state: RunState, started: float, reference_labels: np.ndarray, histograms: dict[str, np.ndarray]) -> None:
+    """metrics.json, report.md, the score-density plot and, after a search, tuning.md/tuning.json."""
+    state.wall_seconds["total"] = round(time.perf_counter() - started, 2)
+    metrics = state.metrics(spec)
+    plot_score_densities(reference_labels, histograms, state.run_dir / "score_density.png")
+    (state.run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
+    write_report(spec, metrics, state.run_dir / "report.md")
+    if state.tuning:
+        tests = {name: state.evaluations[name].test for name in state.tuning}
+        write_tuning_report(state.run_dir, spec.name, state.tuning, tests, metrics["metric"])
+    log.info("done: %s", state.run_dir / "report.md")
+
+
+def silver_files(silver_dir: Path) -> list[TrainFile]:
+    return [(str(path), "score") for path in sorted(silver_dir.glob("*.parquet"))]
+
+
+def run_job(spec: JobSpec, data_dir: str | Path | None = None, run_dir: Path | None = None) -> Path:
+    """Run the job's scenario and return the run directory."""
+    run = run_domain_transfer if spec.scenario == "domain-transfer" else run_in_domain
+    return run(spec, data_dir, run_dir)
+
+
+def run_in_domain(spec: JobSpec, data_dir: str | Path | None = None, run_dir: Path | None = None) -> Path:
+    """Run the whole in-domain method and return the run directory."""
+    state = start_run(spec, run_dir)
     total_stages = 7
     models_dir = state.run_dir / "models"
     started = time.perf_counter()
@@ -179,14 +271,9 @@ def run_in_domain(spec: JobSpec, data_dir: str | Path | None = None, run_dir: Pa
     with state.stage("read gold data", total_stages):
         gold = read_gold(spec, state, data_dir)
     gold_file = (str(state.run_dir / "gold" / "train.parquet"), "label")
-    state.counts["trained_on"] = {"cross_encoder": gold.train.num_rows * (2 if spec.cross_encoder.both_orders else 1)}
 
     with state.stage("train cross-encoder", total_stages):
-        cross_encoder_dir = models_dir / "cross_encoder"
-        fit_cross_encoder(
-            spec.cross_encoder, resolve_model(spec.cross_encoder.model), spec.task, [gold_file],
-            spec.training, spec.seed, state.run_dir / "ray_train", cross_encoder_dir,
-        )
+        cross_encoder_dir = train_cross_encoder(spec, state, gold, gold_file)
 
     with state.stage("train SBERT on gold", total_stages):
         # before sampling: semantic search embeds with the gold-trained bi-encoder, as in the paper
@@ -194,35 +281,89 @@ def run_in_domain(spec: JobSpec, data_dir: str | Path | None = None, run_dir: Pa
         train_bi_encoder(spec, state, "sbert", training_sets["sbert"])
 
     with state.stage("sample and label candidates", total_stages):
-        silver_dirs, histograms = make_silver(spec, state, gold, cross_encoder_dir, models_dir / "sbert")
+        silver_dirs, histograms = make_silver(spec, state, CandidateSource.in_domain(gold), cross_encoder_dir, models_dir / "sbert")
         state.tuning_silver = silver_by_top_k(spec, state, gold, cross_encoder_dir, models_dir / "sbert", silver_dirs)
 
     with state.stage("train AugSBERT bi-encoders", total_stages):
         for strategy, silver_dir in silver_dirs.items():
-            silver_files = [(str(path), "score") for path in sorted(silver_dir.glob("*.parquet"))]
             name = bi_encoder_name(strategy)
-            training_sets[name] = [gold_file, *silver_files]
+            training_sets[name] = [gold_file, *silver_files(silver_dir)]
             train_bi_encoder(spec, state, name, training_sets[name])
 
     with state.stage("evaluate", total_stages):
-        jobs = {"cross_encoder": ("cross_encoder", str(cross_encoder_dir))}
-        jobs.update({name: ("bi_encoder", str(models_dir / name)) for name in training_sets})
-        jobs["zero_shot"] = ("bi_encoder", resolve_model(spec.evaluation.zero_shot_model))
-        jobs["jaccard"] = ("jaccard", None)
-        refs = {
-            name: evaluate_on_ray(kind, model, spec.task, gold.dev, gold.test, spec.evaluation.cpus, spec.evaluation.gpus)
-            for name, (kind, model) in jobs.items()
-        }
-        state.evaluations = {name: ray.get(ref) for name, ref in refs.items()}
+        evaluate_models(spec, state, list(training_sets), gold)
 
     with state.stage("report", total_stages):
-        state.wall_seconds["total"] = round(time.perf_counter() - started, 2)
-        metrics = state.metrics(spec)
-        plot_score_densities(gold.train.column("label").to_numpy(), histograms, state.run_dir / "score_density.png")
-        (state.run_dir / "metrics.json").write_text(json.dumps(metrics, indent=2), encoding="utf-8")
-        write_report(spec, metrics, state.run_dir / "report.md")
-        if state.tuning:
-            tests = {name: state.evaluations[name].test for name in state.tuning}
-            write_tuning_report(state.run_dir, spec.name, state.tuning, tests, metrics["metric"])
-    log.info("done: %s", state.run_dir / "report.md")
+        write_outputs(spec, state, started, train_labels(gold), histograms)
+    return state.run_dir
+
+
+def given_target_pairs(spec: JobSpec, state: RunState, target: GoldData, cross_encoder_dir: Path) -> tuple[dict[str, Path], dict[str, np.ndarray]]:
+    """The target's train pairs as given, labels dropped: de-duplicated, and never a dev or test pair."""
+    candidates, counts = given_pairs(target.train, [target.dev, target.test])
+    state.counts.update(candidates={}, labeled={}, kept={}, given_pairs=counts)
+    silver_dir = label_candidates(spec, state, "given", candidates, cross_encoder_dir)
+    histogram = score_histogram(ray.data.read_parquet(str(silver_dir)), spec.sampling.kde_bins)
+    reference = train_labels(target)  # the target's gold labels, for the diagnostics only
+    state.sampling = {"given": silver_diagnostics(reference, candidates.num_rows, histogram)}
+    state.counts["kept"]["given"] = int(histogram.sum())
+    return {"given": silver_dir}, {"given": histogram}
+
+
+def target_candidate_source(spec: JobSpec, target: GoldData, source: GoldData) -> CandidateSource:
+    """Target sentences (target.sentences, else the target's train pairs) to recombine; dev and test pairs
+    are never candidates. Diagnostics compare with the target's gold labels when it has them."""
+    assert spec.target is not None
+    if spec.target.sentences is not None:
+        pool = SentencePool(read_sentences(spec.target.sentences, "target.sentences"))
+    else:
+        pool = SentencePool.from_pairs(target.train)
+    reference = train_labels(target) if target.train.num_rows else train_labels(source)
+    return CandidateSource(pool, pool.gold_codes([target.dev, target.test]), reference)
+
+
+def run_domain_transfer(spec: JobSpec, data_dir: str | Path | None = None, run_dir: Path | None = None) -> Path:
+    """Cross-encoder on the labeled source, silver labels on the target, AugSBERT on the target silver alone;
+    every model is scored on the target's test split."""
+    assert spec.target is not None
+    state = start_run(spec, run_dir)
+    total_stages = 7
+    models_dir = state.run_dir / "models"
+    started = time.perf_counter()
+
+    with state.stage("read source and target data", total_stages):
+        source = read_gold(spec, state, data_dir)
+        target = read_target(spec, state, data_dir)
+    source_file = (str(state.run_dir / "gold" / "train.parquet"), "label")
+
+    with state.stage("train cross-encoder on the source", total_stages):
+        cross_encoder_dir = train_cross_encoder(spec, state, source, source_file)
+
+    with state.stage("train SBERT on source gold (and target gold)", total_stages):
+        training_sets = {"sbert_source": [source_file]}
+        if target.train.num_rows:  # the upper bound: what target labels would give
+            training_sets["sbert_target"] = [(str(state.run_dir / "target" / "train.parquet"), "label")]
+        for name, files in training_sets.items():
+            train_bi_encoder(spec, state, name, files)
+
+    with state.stage("sample and label target candidates", total_stages):
+        if spec.target.candidates == "pairs":
+            silver_dirs, histograms = given_target_pairs(spec, state, target, cross_encoder_dir)
+        else:
+            silver_dirs, histograms = make_silver(
+                spec, state, target_candidate_source(spec, target, source), cross_encoder_dir, models_dir / "sbert_source"
+            )
+
+    with state.stage("train AugSBERT on target silver", total_stages):
+        for strategy, silver_dir in silver_dirs.items():
+            name = "augsbert" if strategy == "given" else bi_encoder_name(strategy)
+            training_sets[name] = silver_files(silver_dir)  # silver alone: the target has no gold to add
+            train_bi_encoder(spec, state, name, training_sets[name])
+
+    with state.stage("evaluate on the target", total_stages):
+        evaluate_models(spec, state, list(training_sets), target)
+
+    with state.stage("report", total_stages):
+        reference = train_labels(target) if target.train.num_rows else train_labels(source)
+        write_outputs(spec, state, started, reference, histograms)
     return state.run_dir

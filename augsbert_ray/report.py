@@ -11,6 +11,9 @@ from augsbert_ray.config import JobSpec, dump_spec
 MODEL_TITLES = {
     "cross_encoder": "Cross-encoder (upper bound)",
     "sbert": "SBERT (gold only)",
+    "sbert_source": "SBERT-source (lower bound)",
+    "sbert_target": "SBERT-target (upper bound, target gold)",
+    "augsbert": "AugSBERT (target silver)",
     "augsbert_bm25": "AugSBERT-BM25",
     "augsbert_rs": "AugSBERT-RS",
     "augsbert_kde": "AugSBERT-KDE",
@@ -46,14 +49,23 @@ def plot_score_densities(gold_labels: np.ndarray, histograms: dict[str, np.ndarr
     plt.close(fig)
 
 
+def dataset_name(data: Any) -> str:
+    return data.dataset + (f" ({data.bws_split})" if data.dataset == "bws" else "") if data.dataset else str(data.train or data.test)
+
+
 def write_report(spec: JobSpec, metrics: dict[str, Any], path: Path) -> None:
     metric = "Spearman x100" if metrics["task"] == "regression" else "F1 x100 (positive class, dev threshold)"
     trained_on = metrics["counts"].get("trained_on", {})
+    if spec.target is not None:
+        data = f"scenario: domain transfer from {dataset_name(spec.data)} to {dataset_name(spec.target.data)}"
+        data += f"; source gold train pairs: {metrics['counts'].get('gold_train')}"
+        data += f"; target pairs: {metrics['counts'].get('target_train')} train, {metrics['counts'].get('target_test')} test"
+    else:
+        data = f"dataset: {dataset_name(spec.data)}; gold train pairs: {metrics['counts'].get('gold_train')}"
     lines = [
         f"# AugSBERT run: {spec.name}",
         "",
-        f"Task: {metrics['task']}; dataset: {spec.data.dataset or spec.data.train}; "
-        f"gold train pairs: {metrics['counts'].get('gold_train')}; metric: {metric}.",
+        f"Task: {metrics['task']}; {data}; metric: {metric}.",
         "",
         "| model | dev | test | trained on (pairs) |",
         "|---|---:|---:|---:|",
@@ -61,11 +73,12 @@ def write_report(spec: JobSpec, metrics: dict[str, Any], path: Path) -> None:
     for name in metrics["test"]:
         title = MODEL_TITLES.get(name, name)
         lines.append(f"| {title} | {metrics['dev'][name]:.2f} | {metrics['test'][name]:.2f} | {trained_on.get(name, '')} |")
-    if "sbert" in metrics["test"]:
-        lines += ["", "Silver data effect on test (AugSBERT minus SBERT):", ""]
+    baseline = next((name for name in ("sbert", "sbert_source") if name in metrics["test"]), None)
+    if baseline:
+        lines += ["", f"Silver data effect on test (AugSBERT minus {MODEL_TITLES[baseline]}):", ""]
         for name, score in metrics["test"].items():
-            if name.startswith("augsbert_"):
-                lines.append(f"- {MODEL_TITLES.get(name, name)}: {score - metrics['test']['sbert']:+.2f}")
+            if name.startswith("augsbert"):
+                lines.append(f"- {MODEL_TITLES.get(name, name)}: {score - metrics['test'][baseline]:+.2f}")
     counts = metrics["counts"]
     lines += [
         "",
@@ -74,6 +87,13 @@ def write_report(spec: JobSpec, metrics: dict[str, Any], path: Path) -> None:
         f"- gold rows read {counts['rows_read']} = accepted {counts['accepted']} + rejected {counts['rejected']} "
         "(rejects in rejects.jsonl)",
     ]
+    if "target_rows_read" in counts:
+        lines.append(f"- target rows read {counts['target_rows_read']} = accepted {counts['target_accepted']} + rejected "
+                     f"{counts['target_rejected']} (rejects in target_rejects.jsonl)")
+    if "given_pairs" in counts:
+        given = counts["given_pairs"]
+        lines.append(f"- target train pairs {given['pairs_in']} = candidates {given['candidates']} + self-pairs "
+                     f"{given['self_pairs']} + repeats {given['duplicates']} + also in dev/test {given['held_out']}")
     for strategy, candidates in counts.get("candidates", {}).items():
         lines.append(f"- {strategy}: {candidates} candidates, {counts['labeled'][strategy]} labeled, {counts['kept'][strategy]} kept")
     if metrics.get("sampling"):

@@ -90,6 +90,7 @@ def measure_semantic(size: int, data_dir: str) -> dict:
 def measure_kde(rows: int, data_dir: str) -> dict:
     import pyarrow as pa
     import ray.data
+    from ray.data.expressions import col
 
     from augsbert_ray.selection import select
 
@@ -105,7 +106,7 @@ def measure_kde(rows: int, data_dir: str) -> dict:
     dataset = ray.data.from_arrow(silver).repartition(16).materialize()
     start = time.perf_counter()
     selected, _ = select(dataset, gold, "regression", seed=0)
-    kept = selected.filter(expr="accepted").count()
+    kept = selected.filter(expr=col("accepted")).count()
     return {"seconds": time.perf_counter() - start, "kept": kept}
 
 

@@ -2,6 +2,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import ray.data
+from ray.data.expressions import col
 from scipy.stats import gaussian_kde
 
 from augsbert_ray.selection import kl_divergence, score_histogram, select, silver_diagnostics
@@ -20,7 +21,7 @@ def gold_labels(n: int = 800, seed: int = 1) -> np.ndarray:
 
 
 def kept_rows(ds: ray.data.Dataset) -> set[tuple[str, str]]:
-    return {(r["sentence1"], r["sentence2"]) for r in ds.filter(expr="accepted").take_all()}
+    return {(r["sentence1"], r["sentence2"]) for r in ds.filter(expr=col("accepted")).take_all()}
 
 
 def test_kept_set_is_the_same_under_any_block_split(ray_session) -> None:
@@ -36,13 +37,13 @@ def test_kept_set_is_the_same_under_any_block_split(ray_session) -> None:
 def test_kde_selection_moves_silver_towards_gold(ray_session, mode: str) -> None:
     table, gold = synthetic_silver(20000), gold_labels()
     selected, _ = select(ray.data.from_arrow(table).repartition(8), gold, "regression", seed=0, mode=mode)
-    kept = selected.filter(expr="accepted")
+    kept = selected.filter(expr=col("accepted"))
     before = kl_divergence(gold, score_histogram(ray.data.from_arrow(table), 100))
     after = kl_divergence(gold, score_histogram(kept, 100))
     # the paper's rule only thins where silver is denser than gold; exact mode matches gold up to sampling noise
     assert after < (0.8 if mode == "paper" else 0.3) * before, (before, after)
     if mode == "exact":
-        paper_kept = select(ray.data.from_arrow(table), gold, "regression", seed=0, mode="paper")[0].filter(expr="accepted")
+        paper_kept = select(ray.data.from_arrow(table), gold, "regression", seed=0, mode="paper")[0].filter(expr=col("accepted"))
         assert after <= kl_divergence(gold, score_histogram(paper_kept, 100)) + 1e-6
     assert selected.count() == 20000  # rows are marked, not dropped
 
@@ -53,7 +54,7 @@ def test_classification_keeps_positives_and_the_gold_ratio(ray_session) -> None:
     table = pa.table({"sentence1": [f"a{i}" for i in range(10000)], "sentence2": ["b"] * 10000, "score": scores})
     gold = np.r_[np.ones(200), np.zeros(100)]  # 1 negative per 2 positives
     selected, curve = select(ray.data.from_arrow(table).repartition(4), gold, "classification", seed=0)
-    kept = selected.filter(expr="accepted").to_pandas()
+    kept = selected.filter(expr=col("accepted")).to_pandas()
     assert (kept["score"] >= 0.5).sum() == 300  # every positive
     assert curve.negative_rate == pytest.approx(150 / 9700)
     assert abs((kept["score"] < 0.5).sum() - 150) < 40  # ~150 negatives, by hash draws
@@ -76,6 +77,6 @@ def test_near_constant_silver_keeps_a_small_sample(ray_session) -> None:
     table = pa.table({"sentence1": [f"a{i}" for i in range(n)], "sentence2": ["b"] * n, "score": np.full(n, 0.5012)})
     gold = gold_labels()
     selected, curve = select(ray.data.from_arrow(table).repartition(4), gold, "regression", seed=0)
-    kept = selected.filter(expr="accepted").count()
+    kept = selected.filter(expr=col("accepted")).count()
     expected = gaussian_kde(gold)(np.array([0.5012]))[0] / 100 * n
     assert abs(kept - expected) < 5 * np.sqrt(expected)

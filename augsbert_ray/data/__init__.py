@@ -3,6 +3,7 @@
 from augsbert_ray.data.gold import GoldData, load_gold
 from augsbert_ray.data.paths import DataNotFoundError, resolve_data_dir
 from augsbert_ray.data.readers import ReadResult, read_pairs
+from augsbert_ray.data.sentences import read_sentences
 from augsbert_ray.data.rejects import Reject, TooManyRejectsError, check_reject_fraction, write_rejects
 
 __all__ = [
@@ -14,6 +15,7 @@ __all__ = [
     "check_reject_fraction",
     "load_gold",
     "read_pairs",
+    "read_sentences",
     "resolve_data_dir",
     "write_rejects",
 ]

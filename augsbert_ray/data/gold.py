@@ -48,12 +48,17 @@ def load_gold(spec: DataSpec, seed: int, data_dir: str | Path | None = None) -> 
     if "all" in tables:  # BWS ships one file: split by topic or at random
         whole = tables.pop("all")
         tables.update(bws_cross_topic(whole) if spec.bws_split == "cross-topic" else bws_in_topic(whole, seed))
+    if "train" not in tables:  # a transfer target known only by its sentences (the spec then requires dev)
+        tables["train"] = tables["test"].slice(0, 0)
     if "dev" not in tables:
         tables["train"], tables["dev"] = carve(tables["train"], spec.dev_fraction, seed)
 
     train_before_limit = tables["train"].num_rows
     if spec.train_limit is not None:
         tables["train"] = random_subset(tables["train"], spec.train_limit, seed)
+    if spec.eval_limit is not None:
+        for split in ("dev", "test"):
+            tables[split] = random_subset(tables[split], spec.eval_limit, seed)
     return GoldData(
         task=task,
         train=tables["train"],

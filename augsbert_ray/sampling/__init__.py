@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from augsbert_ray.config import LabelingSpec, SamplingSpec, Strategy
 from augsbert_ray.sampling.bm25 import sample_bm25
-from augsbert_ray.sampling.pairs import SentencePool
+from augsbert_ray.sampling.pairs import SentencePool, given_pairs
 from augsbert_ray.sampling.random_pairs import available_pairs, sample_random
 from augsbert_ray.sampling.semantic import sample_semantic
 
@@ -41,3 +41,6 @@ def candidate_table(
         bm25_codes, _ = sample_bm25(pool, spec.top_k, excluded, spec.bm25_shard_size, spec.search_cpus)
         return pool.candidates(np.union1d(bm25_codes, semantic_codes), strategy)
     raise ValueError(f"unknown sampling strategy {strategy!r}")
+
+
+__all__ = ["SentencePool", "available_pairs", "candidate_table", "given_pairs", "sample_bm25", "sample_random", "sample_semantic"]

@@ -54,3 +54,25 @@ class SentencePool:
             "retrieval_score": scores,
         }
         return pa.table(columns)
+
+
+def given_pairs(table: pa.Table, held_out: list[pa.Table]) -> tuple[pa.Table, dict[str, int]]:
+    """Pairs used as given (a transfer target's unlabeled pairs) as candidates with strategy `given`.
+
+    Self-pairs, repeats ((a,b) = (b,a)) and pairs that are also in ``held_out`` (dev/test) are left out and
+    counted: ``pairs_in = candidates + self_pairs + duplicates + held_out``.
+    """
+    pool = SentencePool.from_pairs(table)
+    first = np.fromiter((pool.index[s] for s in table.column("sentence1").to_pylist()), dtype=np.int64, count=table.num_rows)
+    second = np.fromiter((pool.index[s] for s in table.column("sentence2").to_pylist()), dtype=np.int64, count=table.num_rows)
+    distinct = first != second
+    codes = np.unique(pool.encode(first[distinct], second[distinct]))
+    kept = np.setdiff1d(codes, pool.gold_codes(held_out), assume_unique=True)
+    counts = {
+        "pairs_in": table.num_rows,
+        "candidates": len(kept),
+        "self_pairs": int((~distinct).sum()),
+        "duplicates": int(distinct.sum()) - len(codes),
+        "held_out": len(codes) - len(kept),
+    }
+    return pool.candidates(kept, "given"), counts

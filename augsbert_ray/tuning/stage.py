@@ -40,7 +40,7 @@ def silver_by_top_k(
 ) -> SilverByK:
     """Candidates and silver labels for each tuning.top_k value, made once here and shared by every seed's
     trial. The spec's own sampling.top_k reuses the silver already in ``made``."""
-    from augsbert_ray.pipeline import RunState, make_silver
+    from augsbert_ray.pipeline import CandidateSource, RunState, make_silver
 
     strategies = [s for s in spec.sampling.strategies if s in TOP_K_STRATEGIES and bi_encoder_name(s) in spec.tuned_models()]
     if spec.tuning is None or not spec.tuning.top_k or not strategies:
@@ -53,7 +53,9 @@ def silver_by_top_k(
         k_state = RunState(state.run_dir / "tuning_silver" / f"top_k{k}")
         k_state.run_dir.mkdir(parents=True, exist_ok=True)
         log.info("tuning: silver for top_k=%d (%s)", k, ", ".join(strategies))
-        by_k[k], _ = make_silver(with_sampling(spec, top_k=k, strategies=strategies), k_state, gold, cross_encoder_dir, sbert_dir)
+        by_k[k], _ = make_silver(
+            with_sampling(spec, top_k=k, strategies=strategies), k_state, CandidateSource.in_domain(gold), cross_encoder_dir, sbert_dir
+        )
         state.counts.setdefault("tuning_silver", {})[f"top_k={k}"] = {key: k_state.counts.get(key) for key in ("candidates", "labeled")}
     return by_k
 
@@ -82,7 +84,7 @@ def run_tuning_job(spec: JobSpec, data_dir: str | Path | None = None, cross_enco
     """`augsbert tune`: gold -> (cross-encoder and silver, if a tuned model needs them) -> the searches ->
     test scores of the chosen models -> tuning.md / tuning.json."""
     from augsbert_ray.evaluation import evaluate_on_ray
-    from augsbert_ray.pipeline import RunState, make_silver, new_run_dir, read_gold, train_bi_encoder
+    from augsbert_ray.pipeline import CandidateSource, RunState, make_silver, new_run_dir, read_gold, train_bi_encoder
     from augsbert_ray.training import fit_cross_encoder
 
     if spec.tuning is None:
@@ -121,7 +123,9 @@ def run_tuning_job(spec: JobSpec, data_dir: str | Path | None = None, cross_enco
             plain = [s for s in strategies if spec.tuning_top_ks(bi_encoder_name(s)) == [None]]
             made: dict[str, Path] = {}
             if plain:
-                made, _ = make_silver(with_sampling(spec, strategies=plain), state, gold, cross_encoder_dir, sbert_dir)
+                made, _ = make_silver(
+                    with_sampling(spec, strategies=plain), state, CandidateSource.in_domain(gold), cross_encoder_dir, sbert_dir
+                )
             by_k = silver_by_top_k(spec, state, gold, cross_encoder_dir, sbert_dir, made)
 
     with state.stage("tune AugSBERT bi-encoders" if strategies else "tune", stages):

@@ -1,0 +1,31 @@
+"""Unlabeled sentence lists: the raw text that candidate pairs are recombined from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from augsbert_ray.config import SpecError
+
+
+def read_sentences(path: Path, what: str = "--sentences") -> list[str]:
+    """One sentence per line (.txt), or the `sentence` column of a csv/jsonl/parquet file; blank ones skipped.
+    ``what`` names the option or field in error messages."""
+    if not path.is_file():
+        raise SpecError(f"{what} {path}: no such file")
+    if path.suffix in (".txt", ""):
+        sentences = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    else:
+        import pyarrow.csv as pacsv
+        import pyarrow.json as pajson
+        import pyarrow.parquet as pq
+
+        from augsbert_ray.labeling.plan import input_format, read_schema
+
+        fmt = input_format([str(path)], None)
+        read_schema(str(path), fmt, ("sentence", "sentence"))
+        reader = {"parquet": pq.read_table, "csv": pacsv.read_csv, "jsonl": pajson.read_json}[fmt]
+        sentences = [s.strip() for s in reader(str(path)).column("sentence").to_pylist() if s]
+    sentences = [s for s in sentences if s]
+    if len(set(sentences)) < 2:
+        raise SpecError(f"{what} {path}: needs at least two distinct non-empty sentences")
+    return sentences
