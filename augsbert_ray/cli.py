@@ -188,9 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
         "run",
         help="run a job spec end to end",
         description="Run a job: train the cross-encoder on gold pairs, sample and label candidates, "
-        "train SBERT and AugSBERT bi-encoders, evaluate, and write a run directory. With scenario: domain-transfer, "
-        "the cross-encoder learns the labeled source (data) and AugSBERT the target's silver labels alone "
-        "(spec.yaml, silver/, models/, metrics.json, report.md, score_density.png).",
+        "train SBERT and AugSBERT bi-encoders, evaluate, and write a run directory "
+        "(spec.yaml, silver/, models/, metrics.json, report.md, score_density.png). With scenario: domain-transfer, "
+        "the cross-encoder learns the labeled source (the data section), and AugSBERT learns the target's silver "
+        "labels alone; every model is scored on the target's test split.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
