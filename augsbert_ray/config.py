@@ -303,8 +303,6 @@ class TargetSpec(_Strict):
             raise ValueError("'sentences' are recombined into pairs: set candidates: sentences")
         if not self.data.has_train and self.sentences is None:
             raise ValueError("the target needs unlabeled text: a 'data.train' split (or named dataset), or 'sentences'")
-        if self.candidates == "pairs" and not self.data.has_train:
-            raise ValueError("candidates: pairs uses the target's train pairs, and data.train is not set")
         return self
 
 

@@ -31,7 +31,7 @@ from augsbert_ray.selection import score_histogram, select, silver_diagnostics
 from augsbert_ray.training import fit_bi_encoder, fit_cross_encoder
 from augsbert_ray.training.ray_fit import TrainFile
 from augsbert_ray.tuning.report import write_tuning_report
-from augsbert_ray.tuning.stage import chosen_rows, silver_by_top_k, tune_bi_encoder
+from augsbert_ray.tuning.stage import chosen_rows, silver_by_top_k, silver_files, tune_bi_encoder
 
 
 @dataclass
@@ -143,6 +143,11 @@ def train_labels(gold: GoldData) -> np.ndarray:
     return gold.train.column("label").to_numpy().astype(np.float64)
 
 
+def transfer_reference_labels(target: GoldData, source: GoldData) -> np.ndarray:
+    """The gold labels silver scores are compared with in transfer: the target's, else the source's."""
+    return train_labels(target) if target.train.num_rows else train_labels(source)
+
+
 def label_candidates(spec: JobSpec, state: RunState, strategy: str, candidates: pa.Table, cross_encoder_dir: Path) -> Path:
     """Label one strategy's candidates on the actor pool into silver/<strategy>/ (streaming, resumable)."""
     labeled_dir = state.run_dir / "silver" / (f"{strategy}_pool" if strategy == "kde" else strategy)
@@ -251,10 +256,6 @@ def write_outputs(spec: JobSpec, state: RunState, started: float, reference_labe
     log.info("done: %s", state.run_dir / "report.md")
 
 
-def silver_files(silver_dir: Path) -> list[TrainFile]:
-    return [(str(path), "score") for path in sorted(silver_dir.glob("*.parquet"))]
-
-
 def run_job(spec: JobSpec, data_dir: str | Path | None = None, run_dir: Path | None = None) -> Path:
     """Run the job's scenario and return the run directory."""
     run = run_domain_transfer if spec.scenario == "domain-transfer" else run_in_domain
@@ -318,8 +319,7 @@ def target_candidate_source(spec: JobSpec, target: GoldData, source: GoldData) -
         pool = SentencePool(read_sentences(spec.target.sentences, "target.sentences"))
     else:
         pool = SentencePool.from_pairs(target.train)
-    reference = train_labels(target) if target.train.num_rows else train_labels(source)
-    return CandidateSource(pool, pool.gold_codes([target.dev, target.test]), reference)
+    return CandidateSource(pool, pool.gold_codes([target.dev, target.test]), transfer_reference_labels(target, source))
 
 
 def run_domain_transfer(spec: JobSpec, data_dir: str | Path | None = None, run_dir: Path | None = None) -> Path:
@@ -364,6 +364,5 @@ def run_domain_transfer(spec: JobSpec, data_dir: str | Path | None = None, run_d
         evaluate_models(spec, state, list(training_sets), target)
 
     with state.stage("report", total_stages):
-        reference = train_labels(target) if target.train.num_rows else train_labels(source)
-        write_outputs(spec, state, started, reference, histograms)
+        write_outputs(spec, state, started, transfer_reference_labels(target, source), histograms)
     return state.run_dir
