@@ -4,6 +4,7 @@ model, in-domain on STSb-1k, BWS cross-topic, BWS in-topic and MRPC, and transfe
     .venv/bin/python bench/reproduce.py --quick        # small version: 1 seed, small splits (see QUICK)
     .venv/bin/python bench/reproduce.py                # full: 3 seeds, every job spec as shipped (hours on 2 cores)
     .venv/bin/python bench/reproduce.py --only stsb_1k --seeds 42 43 44
+    python bench/reproduce.py --gpu --seeds 42 --cpus 5     # on a GPU machine: fits, labeling, evaluation there
 
 Each (experiment, seed) is one `augsbert run` of a job spec in jobs/, with `seed` set (it drives the splits,
 train_limit subsets, sampling and training). Runs land in --runs; a finished run (its metrics.json) is reused
@@ -21,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+import ray
 import yaml
 
 from augsbert_ray.config import load_spec
@@ -48,27 +50,41 @@ SEED_OPTIMIZED_SBERT = ["tuning.seeds=5", "tuning.models=[sbert]", "tuning.cpus_
 QUICK = ["data.train_limit=100", "data.eval_limit=200", "cross_encoder.epochs=1", "cross_encoder.max_seq_length=64",
          "bi_encoder.max_seq_length=64", "sampling.top_k=1", "sampling.kde_pool=600", "training.cpus_per_worker=2"]
 QUICK_TARGET = ["target.data.train_limit=300", "target.data.eval_limit=200"]
+# --gpu: every fit, labeling actor and evaluation on the (one) GPU; tuning trials share it.
+GPU = ["training.use_gpu=true", "labeling.gpus_per_actor=0.25", "evaluation.gpus=0.25"]
+GPU_TUNING = ["tuning.gpus_per_trial=0.2"]
 
 
-def overrides_for(name: str, quick: bool) -> list[str]:
-    job, extra = EXPERIMENTS[name]
+def overrides_for(name: str, quick: bool, gpu: bool) -> list[str]:
+    extra = EXPERIMENTS[name][1]
     transfer = name.startswith("transfer_")
     if quick:
-        return [*extra, *QUICK, *(QUICK_TARGET if transfer else [])]
-    return [*extra, *([] if transfer else SEED_OPTIMIZED_SBERT)]
+        return [*extra, *QUICK, *(QUICK_TARGET if transfer else []), *(GPU if gpu else [])]
+    tuning = [] if transfer else [*SEED_OPTIMIZED_SBERT, *(GPU_TUNING if gpu else [])]
+    return [*extra, *tuning, *(GPU if gpu else [])]
 
 
-def run_one(name: str, seed: int, quick: bool, runs: Path, data_dir: str | None) -> tuple[dict, dict]:
-    """One experiment at one seed: reuse the finished run when there is one. Returns metrics and the spec."""
+def host() -> dict[str, str | int]:
+    """Where a run ran: recorded beside it, so that results aggregated elsewhere still say."""
+    import torch
+
+    return {"machine": platform.machine(), "node": platform.node(), "cpus_given_to_ray": int(ray.cluster_resources().get("CPU", 0)),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none", "torch": torch.__version__}
+
+
+def run_one(name: str, seed: int, args: argparse.Namespace, runs: Path) -> tuple[dict, dict, dict]:
+    """One experiment at one seed: reuse the finished run when there is one. Returns metrics, spec and host."""
     job = EXPERIMENTS[name][0]
-    run_name = f"{name}-{'quick' if quick else 'full'}-seed{seed}"
+    run_name = f"{name}-{'quick' if args.quick else 'full'}-seed{seed}"
     finished = sorted(runs.glob(f"{run_name}-*/metrics.json"))
     if finished:
         run_dir = finished[-1].parent
     else:
-        spec = load_spec(ROOT / job, [*overrides_for(name, quick), f"seed={seed}", f"output_dir={runs}", f"name={run_name}"])
-        run_dir = run_job(spec, data_dir=data_dir)
-    return json.loads((run_dir / "metrics.json").read_text()), yaml.safe_load((run_dir / "spec.yaml").read_text())
+        overrides = [*overrides_for(name, args.quick, args.gpu), *args.set, f"seed={seed}", f"output_dir={runs}", f"name={run_name}"]
+        run_dir = run_job(load_spec(ROOT / job, overrides), data_dir=args.data_dir)
+        (run_dir / "host.json").write_text(json.dumps(host()), encoding="utf-8")
+    read = lambda file: json.loads((run_dir / file).read_text()) if (run_dir / file).exists() else {}  # noqa: E731
+    return read("metrics.json"), yaml.safe_load((run_dir / "spec.yaml").read_text()), read("host.json")
 
 
 def summarize(scores: list[float]) -> dict[str, float | int]:
@@ -103,7 +119,13 @@ def deltas(results: dict) -> list[str]:
     return lines
 
 
-def write_results(path: Path, results: dict, specs: dict, args: argparse.Namespace, command: str, seconds: float) -> None:
+def describe_hosts(hosts: list[dict]) -> str:
+    kinds = sorted({f"{h.get('gpu', '?')} GPU, {h.get('cpus_given_to_ray', '?')} CPUs given to Ray, torch {h.get('torch', '?')}"
+                    for h in hosts})
+    return "; ".join(kinds) or "not recorded"
+
+
+def write_results(path: Path, results: dict, specs: dict, runs: dict, args: argparse.Namespace, command: str, seconds: float) -> None:
     in_domain = [e for e in ("stsb_1k", "bws_cross_topic", "bws_in_topic", "mrpc") if e in results]
     transfer = [e for e in ("transfer_stsb_bws", "transfer_stsb_mrpc") if e in results]
     headers = {"stsb_1k": "STSb (1k gold), Spearman", "bws_cross_topic": "BWS cross-topic, Spearman",
@@ -112,8 +134,9 @@ def write_results(path: Path, results: dict, specs: dict, args: argparse.Namespa
     lines = [
         "# Reproduction of the paper's experiments" + (" (quick version)" if args.quick else ""),
         "",
-        f"Command: `{command}`  ",
-        f"Wall time: {seconds / 60:.1f} min on {platform.machine()} ({args.cpus or 'all'} CPUs given to Ray), seeds {args.seeds}.  ",
+        f"Command: `{command}` ({seconds / 60:.1f} min; finished runs in `{args.runs}` are reused, not rerun)  ",
+        f"Runs: {sum(len(r['seconds']) for r in runs.values())}, seeds {args.seeds}; their wall times add up to "
+        f"{sum(sum(r['seconds']) for r in runs.values()) / 60:.1f} min. They ran on: {describe_hosts([h for r in runs.values() for h in r['hosts']])}.  ",
         "Backbone of every model: all-MiniLM-L6-v2 (the packaged `minilm`), not the paper's bert-base. Scores x100 on "
         "the test split, mean ± std over seeds; each seed is a whole run (splits, subsets, sampling, training).",
         "",
@@ -151,13 +174,13 @@ def main() -> int:
     parser.add_argument("--runs", default="runs/reproduce", help="where the run directories go (default: %(default)s)")
     parser.add_argument("--data-dir", help="named datasets' directory (default: as for augsbert run)")
     parser.add_argument("--cpus", type=int, help="CPUs for the embedded Ray (default: all)")
+    parser.add_argument("--gpu", action="store_true", help="fits, labeling and evaluation on the GPU: see GPU in this file")
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more overrides for every run's spec")
     parser.add_argument("--results", default=str(ROOT / "docs" / "RESULTS.md"), help="markdown output (default: %(default)s)")
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "reproduce.json"), help="JSON output (default: %(default)s)")
     args = parser.parse_args()
     args.seeds = args.seeds or ([42] if args.quick else [42, 43, 44])
     setup_logging()
-    import ray
-
     ray.init(num_cpus=args.cpus, include_dashboard=False,
              runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}})
     command = " ".join(shlex.quote(part) for part in [".venv/bin/python", "bench/reproduce.py", *sys.argv[1:]])
@@ -165,17 +188,21 @@ def main() -> int:
     runs = Path(args.runs).resolve()
     results: dict[str, dict] = {}
     specs: dict[str, dict] = {}
+    run_info: dict[str, dict[str, list]] = {}
     for experiment in args.only or list(EXPERIMENTS):
         scores: dict[str, list[float]] = {}
+        info = run_info.setdefault(experiment, {"seconds": [], "hosts": []})
         for seed in args.seeds:
-            metrics, spec = run_one(experiment, seed, args.quick, runs, args.data_dir)
+            metrics, spec, where = run_one(experiment, seed, args, runs)
             specs.setdefault(experiment, spec)
+            info["seconds"].append(metrics.get("wall_seconds", {}).get("total", 0.0))
+            info["hosts"].append(where)
             for row, value in metrics["test"].items():
                 scores.setdefault(row, []).append(value)
         results[experiment] = {row: summarize(values) for row, values in scores.items()}
         seconds = time.perf_counter() - started
         Path(args.json).write_text(json.dumps({"quick": args.quick, **results}, indent=2), encoding="utf-8")
-        write_results(Path(args.results), results, specs, args, command, seconds)
+        write_results(Path(args.results), results, specs, run_info, args, command, seconds)
         print(f"{experiment}: " + ", ".join(f"{row} {v['mean']:.2f}±{v['std']:.2f}" for row, v in results[experiment].items()), flush=True)
     print(Path(args.results).read_text(encoding="utf-8").split("## Hyperparameters")[0])
     return 0

@@ -48,11 +48,13 @@ def training_arguments(
     output_dir: str,
     find_unused_parameters: bool,
     checkpoint_every: int | None = None,
+    distributed: bool = True,
 ) -> Any:
     """The paper's optimizer settings. With ``checkpoint_every``, a full training state (weights,
     optimizer, scheduler, RNG) is saved every that many steps, for resuming after a failure;
     otherwise only the final model is kept (as a Ray checkpoint).
 
+    ``distributed``: inside Ray Train (gloo on CPU); False for a plain in-process fit.
     ``find_unused_parameters`` is DDP's: a bi-encoder leaves BERT's pooler unused (needs True), while
     True makes DDP fire the cross-encoder head's gradient hook twice (needs False).
     """
@@ -73,7 +75,7 @@ def training_arguments(
         logging_steps=50,
         disable_tqdm=True,
         use_cpu=not torch.cuda.is_available(),
-        ddp_backend=None if torch.cuda.is_available() else "gloo",
+        ddp_backend="gloo" if distributed and not torch.cuda.is_available() else None,
         ddp_find_unused_parameters=find_unused_parameters,
     )
 
