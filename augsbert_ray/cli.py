@@ -75,7 +75,7 @@ def _label(args: argparse.Namespace) -> int:
     min_actors, max_actors = args.actors
     spec = LabelingSpec(
         batch_size=args.batch_size, min_actors=min_actors, max_actors=max_actors, cpus_per_actor=args.cpus_per_actor,
-        gpus_per_actor=args.gpus_per_actor, precision=args.precision, max_seq_length=args.max_seq_length,
+        gpus_per_actor=args.gpus_per_actor, precision=args.precision, runtime=args.runtime, max_seq_length=args.max_seq_length,
         shard_rows=args.shard_rows,
     )
     output = Path(args.output)
@@ -235,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     label.add_argument("--gpus-per-actor", type=float, default=0, help="GPUs per actor (default: 0)")
     label.add_argument("--precision", choices=["fp32", "bf16", "fp16", "int8"], default="fp32",
                        help="fp32; bf16/fp16 autocast (fp16 GPU only); int8: ONNX Runtime on CPU (default: %(default)s)")
+    label.add_argument("--runtime", choices=["auto", "torch", "onnx"], default="auto",
+                       help="auto: ONNX Runtime on CPU actors (fp32, int8), torch on GPU (default: %(default)s)")
     label.add_argument("--max-seq-length", type=int, help="tokens per pair; longer pairs are truncated and counted")
     label.add_argument("--shard-rows", type=int, default=50_000, help="pairs per output shard, the unit of resume (default: %(default)s)")
     label.add_argument("--address", help="'auto' or a Ray address; default: an embedded local Ray")

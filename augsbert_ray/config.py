@@ -175,6 +175,9 @@ class LabelingSpec(_Strict):
     precision: Literal["fp32", "bf16", "fp16", "int8"] = Field(
         "fp32", description="fp32; bf16/fp16 autocast (fp16 on GPU only); int8: ONNX Runtime dynamic quantization on CPU."
     )
+    runtime: Literal["auto", "torch", "onnx"] = Field(
+        "auto", description="auto: ONNX Runtime on CPU actors for fp32/int8 (about twice torch's speed there), torch on GPU."
+    )
     max_seq_length: int | None = Field(None, gt=0, description="Tokens per pair; longer pairs are truncated and counted. Default: the model's.")
     shard_rows: int = Field(50_000, gt=0, description="Pairs per output shard, the unit of resume (Parquet row groups are never split).")
 
@@ -182,6 +185,10 @@ class LabelingSpec(_Strict):
     def _pool_bounds(self) -> "LabelingSpec":
         if self.min_actors > self.max_actors:
             raise ValueError(f"min_actors ({self.min_actors}) exceeds max_actors ({self.max_actors})")
+        if self.runtime == "onnx" and self.precision in ("bf16", "fp16"):
+            raise ValueError(f"precision {self.precision} is torch autocast: use runtime torch or auto")
+        if self.runtime == "torch" and self.precision == "int8":
+            raise ValueError("precision int8 runs on ONNX Runtime: use runtime onnx or auto")
         return self
 
 

@@ -5,6 +5,7 @@ model, in-domain on STSb-1k, BWS cross-topic, BWS in-topic and MRPC, and transfe
     .venv/bin/python bench/reproduce.py                # full: 3 seeds, every job spec as shipped (hours on 2 cores)
     .venv/bin/python bench/reproduce.py --only stsb_1k --seeds 42 43 44
     python bench/reproduce.py --gpu --seeds 42 --cpus 5     # on a GPU machine: fits, labeling, evaluation there
+    .venv/bin/python bench/reproduce.py --collect      # tabulate the finished runs only (e.g. copied from elsewhere)
 
 Each (experiment, seed) is one `augsbert run` of a job spec in jobs/, with `seed` set (it drives the splits,
 train_limit subsets, sampling and training). Runs land in --runs; a finished run (its metrics.json) is reused
@@ -72,13 +73,16 @@ def host() -> dict[str, str | int]:
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none", "torch": torch.__version__}
 
 
-def run_one(name: str, seed: int, args: argparse.Namespace, runs: Path) -> tuple[dict, dict, dict]:
-    """One experiment at one seed: reuse the finished run when there is one. Returns metrics, spec and host."""
+def run_one(name: str, seed: int, args: argparse.Namespace, runs: Path) -> tuple[dict, dict, dict] | None:
+    """One experiment at one seed: reuse the finished run when there is one. Returns metrics, spec and host
+    (None for a run that has not finished, with --collect)."""
     job = EXPERIMENTS[name][0]
     run_name = f"{name}-{'quick' if args.quick else 'full'}-seed{seed}"
     finished = sorted(runs.glob(f"{run_name}-*/metrics.json"))
     if finished:
         run_dir = finished[-1].parent
+    elif args.collect:
+        return None
     else:
         overrides = [*overrides_for(name, args.quick, args.gpu), *args.set, f"seed={seed}", f"output_dir={runs}", f"name={run_name}"]
         run_dir = run_job(load_spec(ROOT / job, overrides), data_dir=args.data_dir)
@@ -94,7 +98,7 @@ def summarize(scores: list[float]) -> dict[str, float | int]:
 
 def cell(results: dict, experiment: str, row: str) -> str:
     entry = results.get(experiment, {}).get(row)
-    return f"{entry['mean']:.2f} ± {entry['std']:.2f}" if entry else "–"
+    return f"{entry['mean']:.2f} ± {entry['std']:.2f}" if entry else "not run"
 
 
 def table(results: dict, experiments: list[str], rows: list[str], headers: list[str]) -> list[str]:
@@ -126,8 +130,8 @@ def describe_hosts(hosts: list[dict]) -> str:
 
 
 def write_results(path: Path, results: dict, specs: dict, runs: dict, args: argparse.Namespace, command: str, seconds: float) -> None:
-    in_domain = [e for e in ("stsb_1k", "bws_cross_topic", "bws_in_topic", "mrpc") if e in results]
-    transfer = [e for e in ("transfer_stsb_bws", "transfer_stsb_mrpc") if e in results]
+    in_domain = ["stsb_1k", "bws_cross_topic", "bws_in_topic", "mrpc"]
+    transfer = ["transfer_stsb_bws", "transfer_stsb_mrpc"]
     headers = {"stsb_1k": "STSb (1k gold), Spearman", "bws_cross_topic": "BWS cross-topic, Spearman",
                "bws_in_topic": "BWS in-topic, Spearman", "mrpc": "MRPC, F1", "transfer_stsb_bws": "STSb → BWS in-topic, Spearman",
                "transfer_stsb_mrpc": "STSb → MRPC, F1"}
@@ -137,8 +141,11 @@ def write_results(path: Path, results: dict, specs: dict, runs: dict, args: argp
         f"Command: `{command}` ({seconds / 60:.1f} min; finished runs in `{args.runs}` are reused, not rerun)  ",
         f"Runs: {sum(len(r['seconds']) for r in runs.values())}, seeds {args.seeds}; their wall times add up to "
         f"{sum(sum(r['seconds']) for r in runs.values()) / 60:.1f} min. They ran on: {describe_hosts([h for r in runs.values() for h in r['hosts']])}.  ",
+        "Seeds per experiment: " + "; ".join(f"{e} {', '.join(map(str, r['seeds'])) or 'none'}" for e, r in runs.items()) + ".  ",
         "Backbone of every model: all-MiniLM-L6-v2 (the packaged `minilm`), not the paper's bert-base. Scores x100 on "
-        "the test split, mean ± std over seeds; each seed is a whole run (splits, subsets, sampling, training).",
+        "the test split, mean ± std over seeds; each seed is a whole run (splits, subsets, sampling, training)."
+        + ("" if args.quick else " In-domain, SBERT is seed-optimized: 5 seeds, all but the best culled at 20% of the "
+           "steps, chosen on dev (`tuning` in the specs below)."),
         "",
         "## In-domain (the paper's Table 5)",
         "",
@@ -175,14 +182,16 @@ def main() -> int:
     parser.add_argument("--data-dir", help="named datasets' directory (default: as for augsbert run)")
     parser.add_argument("--cpus", type=int, help="CPUs for the embedded Ray (default: all)")
     parser.add_argument("--gpu", action="store_true", help="fits, labeling and evaluation on the GPU: see GPU in this file")
+    parser.add_argument("--collect", action="store_true", help="run nothing: tabulate the finished runs in --runs")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more overrides for every run's spec")
     parser.add_argument("--results", default=str(ROOT / "docs" / "RESULTS.md"), help="markdown output (default: %(default)s)")
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "reproduce.json"), help="JSON output (default: %(default)s)")
     args = parser.parse_args()
     args.seeds = args.seeds or ([42] if args.quick else [42, 43, 44])
     setup_logging()
-    ray.init(num_cpus=args.cpus, include_dashboard=False,
-             runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}})
+    if not args.collect:
+        ray.init(num_cpus=args.cpus, include_dashboard=False,
+                 runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}})
     command = " ".join(shlex.quote(part) for part in [".venv/bin/python", "bench/reproduce.py", *sys.argv[1:]])
     started = time.perf_counter()
     runs = Path(args.runs).resolve()
@@ -191,14 +200,19 @@ def main() -> int:
     run_info: dict[str, dict[str, list]] = {}
     for experiment in args.only or list(EXPERIMENTS):
         scores: dict[str, list[float]] = {}
-        info = run_info.setdefault(experiment, {"seconds": [], "hosts": []})
+        info = run_info.setdefault(experiment, {"seconds": [], "hosts": [], "seeds": []})
         for seed in args.seeds:
-            metrics, spec, where = run_one(experiment, seed, args, runs)
+            if (finished := run_one(experiment, seed, args, runs)) is None:
+                continue
+            metrics, spec, where = finished
             specs.setdefault(experiment, spec)
+            info["seeds"].append(seed)
             info["seconds"].append(metrics.get("wall_seconds", {}).get("total", 0.0))
             info["hosts"].append(where)
             for row, value in metrics["test"].items():
                 scores.setdefault(row, []).append(value)
+        if not scores:
+            continue
         results[experiment] = {row: summarize(values) for row, values in scores.items()}
         seconds = time.perf_counter() - started
         Path(args.json).write_text(json.dumps({"quick": args.quick, **results}, indent=2), encoding="utf-8")

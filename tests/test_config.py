@@ -69,3 +69,12 @@ def test_missing_spec_file_and_bad_yaml(tmp_path: Path) -> None:
         load_spec(tmp_path / "absent.yaml")
     with pytest.raises(SpecError, match="not valid YAML"):
         load_spec(write(tmp_path, "data: [unclosed\n"))
+
+
+@pytest.mark.parametrize("pair, message", [
+    ("precision: bf16\n  runtime: onnx", "precision bf16 is torch autocast"),
+    ("precision: int8\n  runtime: torch", "precision int8 runs on ONNX Runtime"),
+])
+def test_labeling_runtime_must_fit_the_precision(pair: str, message: str, tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=message):
+        load_spec(write(tmp_path, f"labeling:\n  {pair}\n"))

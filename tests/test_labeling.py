@@ -34,12 +34,13 @@ def pair_table(pairs: list[tuple[str | None, str | None]]) -> pa.Table:
     })
 
 
-def test_scores_equal_a_direct_model_call(ray_session, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("runtime", ["auto", "torch"])  # auto on CPU: ONNX Runtime fp32
+def test_scores_equal_a_direct_model_call(runtime: str, ray_session, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path) -> None:
     from sentence_transformers import CrossEncoder
 
     pairs = stsb_pairs(data_dir, 600)
     pq.write_table(pair_table(pairs), tmp_path / "pairs.parquet", row_group_size=150)
-    spec = LabelingSpec(batch_size=32, min_actors=1, max_actors=2, shard_rows=150)
+    spec = LabelingSpec(batch_size=32, min_actors=1, max_actors=2, shard_rows=150, runtime=runtime)
     result = label_files(str(tmp_path / "pairs.parquet"), tmp_path / "silver", LabelJob(str(tiny_cross_encoder), "tiny@test", spec))
     silver = pq.read_table(tmp_path / "silver").sort_by("pair_id")
 
@@ -51,6 +52,7 @@ def test_scores_equal_a_direct_model_call(ray_session, tiny_cross_encoder: Path,
     direct = CrossEncoder(str(tiny_cross_encoder)).predict(pairs, batch_size=64)
     assert np.ptp(direct) > 0  # the comparison below is between real, varied scores
     assert np.max(np.abs(silver.column("score").to_numpy() - direct)) < 1e-5
+    assert (tmp_path / "silver" / "_onnx").is_dir() == (runtime == "auto")
 
 
 def test_counts_add_up_with_rejects_and_truncation(ray_session, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path) -> None:

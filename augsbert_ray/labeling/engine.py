@@ -104,6 +104,8 @@ def check_resources(spec: LabelingSpec) -> None:
         raise SpecError("--precision fp16 needs GPU actors: set --gpus-per-actor (bf16 also runs on CPU)")
     if spec.precision == "int8" and spec.gpus_per_actor > 0:
         raise SpecError("--precision int8 is the CPU path; on GPU use bf16 or fp16")
+    if spec.runtime == "onnx" and spec.gpus_per_actor > 0:
+        raise SpecError("--runtime onnx runs on CPU actors; on GPU use --runtime torch or auto")
     cpus = ray.cluster_resources().get("CPU", 0)
     if spec.cpus_per_actor > cpus:
         raise SpecError(f"--cpus-per-actor {spec.cpus_per_actor:g}, but the Ray cluster has {cpus:g} CPUs")
@@ -209,7 +211,7 @@ def _pipeline(pending: list[Shard], output: Path, job: LabelJob) -> ray.data.Dat
             "shards": pending, "output": str(output), "model": job.model, "labeler": job.labeler,
             "text_columns": tuple(job.text_columns), "batch_size": spec.batch_size,
             "threads": spec.threads_per_actor or max(1, int(spec.cpus_per_actor)),
-            "precision": spec.precision, "max_seq_length": spec.max_seq_length, "strategy": job.strategy,
+            "precision": spec.precision, "runtime": spec.runtime, "max_seq_length": spec.max_seq_length, "strategy": job.strategy,
         },
         batch_size=1,
         batch_format="numpy",

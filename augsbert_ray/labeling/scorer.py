@@ -58,11 +58,11 @@ class ShardLabeler:
 
     def __init__(
         self, shards: list[Shard], output: str, model: str, labeler: str, text_columns: tuple[str, str],
-        batch_size: int, threads: int, precision: str, max_seq_length: int | None, strategy: str,
+        batch_size: int, threads: int, precision: str, runtime: str, max_seq_length: int | None, strategy: str,
     ) -> None:
         self.shards = {shard.name: shard for shard in shards}
         self.output = Path(output)
-        self.model = PairModel(model, precision, threads, max_seq_length, self.output / "_onnx")
+        self.model = PairModel(model, precision, threads, max_seq_length, self.output / "_onnx", runtime)
         self.labeler, self.text_columns, self.batch_size, self.strategy = labeler, text_columns, batch_size, strategy
         self.pad_id = self.model.tokenizer.pad_token_id or 0
 
