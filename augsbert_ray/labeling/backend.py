@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -98,7 +99,8 @@ def _export(cross_encoder, input_names: list[str], target: Path) -> None:
     hf_model = cross_encoder[0].auto_model.eval()
     example = cross_encoder.tokenizer(["a b c"], ["d e"], return_tensors="pt")
     axes = {name: {0: "batch", 1: "tokens"} for name in input_names}
-    with torch.inference_mode():
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer warnings about shape-dependent branches: the axes are declared dynamic
         torch.onnx.export(
             hf_model, (), str(tmp), kwargs={name: example[name] for name in input_names},
             input_names=input_names, output_names=["logits"], dynamic_axes={**axes, "logits": {0: "batch"}},
