@@ -98,7 +98,9 @@ def summarize(scores: list[float]) -> dict[str, float | int]:
 
 def cell(results: dict, experiment: str, row: str) -> str:
     entry = results.get(experiment, {}).get(row)
-    return f"{entry['mean']:.2f} ± {entry['std']:.2f}" if entry else "not run"
+    if not entry:
+        return "not run"
+    return f"{entry['mean']:.2f} ± {entry['std']:.2f}" if entry["n_seeds"] > 1 else f"{entry['mean']:.2f} (1 seed)"
 
 
 def table(results: dict, experiments: list[str], rows: list[str], headers: list[str]) -> list[str]:
