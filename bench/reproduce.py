@@ -42,6 +42,8 @@ EXPERIMENTS: dict[str, tuple[str, list[str]]] = {
     "transfer_stsb_bws": ("jobs/transfer_stsb_bws.yaml", []),
     "transfer_stsb_mrpc": ("jobs/transfer_stsb_mrpc.yaml", []),
 }
+IN_DOMAIN = [name for name in EXPERIMENTS if not name.startswith("transfer_")]
+TRANSFER = [name for name in EXPERIMENTS if name.startswith("transfer_")]
 IN_DOMAIN_ROWS = ["jaccard", "zero_shot", "cross_encoder", "sbert", "augsbert_rs", "augsbert_kde", "augsbert_bm25",
                   "augsbert_ss", "augsbert_bm25_ss"]
 TRANSFER_ROWS = ["jaccard", "zero_shot", "cross_encoder", "sbert_source", "augsbert", "sbert_target"]
@@ -58,7 +60,7 @@ GPU_TUNING = ["tuning.gpus_per_trial=0.2"]
 
 def overrides_for(name: str, quick: bool, gpu: bool) -> list[str]:
     extra = EXPERIMENTS[name][1]
-    transfer = name.startswith("transfer_")
+    transfer = name in TRANSFER
     if quick:
         return [*extra, *QUICK, *(QUICK_TARGET if transfer else []), *(GPU if gpu else [])]
     tuning = [] if transfer else [*SEED_OPTIMIZED_SBERT, *(GPU_TUNING if gpu else [])]
@@ -87,8 +89,9 @@ def run_one(name: str, seed: int, args: argparse.Namespace, runs: Path) -> tuple
         overrides = [*overrides_for(name, args.quick, args.gpu), *args.set, f"seed={seed}", f"output_dir={runs}", f"name={run_name}"]
         run_dir = run_job(load_spec(ROOT / job, overrides), data_dir=args.data_dir)
         (run_dir / "host.json").write_text(json.dumps(host()), encoding="utf-8")
-    read = lambda file: json.loads((run_dir / file).read_text()) if (run_dir / file).exists() else {}  # noqa: E731
-    return read("metrics.json"), yaml.safe_load((run_dir / "spec.yaml").read_text()), read("host.json")
+    host_file = run_dir / "host.json"  # absent for runs made before it was recorded
+    return (json.loads((run_dir / "metrics.json").read_text()), yaml.safe_load((run_dir / "spec.yaml").read_text()),
+            json.loads(host_file.read_text()) if host_file.exists() else {})
 
 
 def summarize(scores: list[float]) -> dict[str, float | int]:
@@ -119,7 +122,7 @@ def deltas(results: dict) -> list[str]:
     """The paper's effects, as measured, against the targets: AugSBERT-BM25 - SBERT >= +1.5 on STSb and both BWS
     splits, RS no better than BM25, transfer STSb -> BWS AugSBERT - SBERT-source >= +5."""
     lines = []
-    for experiment in ("stsb_1k", "bws_cross_topic", "bws_in_topic", "mrpc"):
+    for experiment in IN_DOMAIN:
         rows = results.get(experiment, {})
         if "augsbert_bm25" in rows and "sbert" in rows:
             gain = rows["augsbert_bm25"]["mean"] - rows["sbert"]["mean"]
@@ -127,7 +130,7 @@ def deltas(results: dict) -> list[str]:
             lines.append(f"- {experiment}: AugSBERT-BM25 - SBERT = {gain:+.2f}"
                          + ("" if experiment == "mrpc" else f" ({verdict(gain, 1.5)})")
                          + f"; AugSBERT-RS - AugSBERT-BM25 = {rs_over_bm25:+.2f} ({verdict(rs_over_bm25, 0.0, at_least=False)})")
-    for experiment in ("transfer_stsb_bws", "transfer_stsb_mrpc"):
+    for experiment in TRANSFER:
         rows = results.get(experiment, {})
         if "augsbert" in rows and "sbert_source" in rows:
             gain = rows["augsbert"]["mean"] - rows["sbert_source"]["mean"]
@@ -143,8 +146,6 @@ def describe_hosts(hosts: list[dict]) -> str:
 
 
 def write_results(path: Path, results: dict, specs: dict, runs: dict, args: argparse.Namespace, command: str, seconds: float) -> None:
-    in_domain = ["stsb_1k", "bws_cross_topic", "bws_in_topic", "mrpc"]
-    transfer = ["transfer_stsb_bws", "transfer_stsb_mrpc"]
     headers = {"stsb_1k": "STSb (1k gold), Spearman", "bws_cross_topic": "BWS cross-topic, Spearman",
                "bws_in_topic": "BWS in-topic, Spearman", "mrpc": "MRPC, F1", "transfer_stsb_bws": "STSb → BWS in-topic, Spearman",
                "transfer_stsb_mrpc": "STSb → MRPC, F1"}
@@ -162,14 +163,14 @@ def write_results(path: Path, results: dict, specs: dict, runs: dict, args: argp
         "",
         "## In-domain (the paper's Table 5)",
         "",
-        *table(results, in_domain, IN_DOMAIN_ROWS, [headers[e] for e in in_domain]),
+        *table(results, IN_DOMAIN, IN_DOMAIN_ROWS, [headers[e] for e in IN_DOMAIN]),
         "",
         "## Domain transfer (the paper's Table 6)",
         "",
         "The target is the target dataset's train pairs with their labels removed; every model is scored on the "
         "target's test split, whose pairs never enter training.",
         "",
-        *table(results, transfer, TRANSFER_ROWS, [headers[e] for e in transfer]),
+        *table(results, TRANSFER, TRANSFER_ROWS, [headers[e] for e in TRANSFER]),
         "",
         "## Effects against the targets",
         "",
