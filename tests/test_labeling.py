@@ -215,3 +215,22 @@ def test_csv_shards_end_at_records_not_at_quoted_newlines(tmp_path: Path) -> Non
     assert [row["sentence1"] for row in rows] == ["a", "two\nlines", "d", '"quoted"', "g"]
     assert len({shard.name for shard in shards}) == 3
     assert [s.name for s in plan_shards([str(path)], "csv", ("sentence1", "sentence2"), shard_rows=2)] == [s.name for s in shards]
+
+
+def test_int8_smoothing_keeps_the_fp32_function(tiny_cross_encoder: Path, data_dir: Path) -> None:
+    """The smoothed copy that int8 quantizes computes what the model does: only the int8 rounding may differ."""
+    import torch
+
+    from augsbert_ray.labeling.backend import PairModel, _smoothed
+
+    lines = (data_dir / "stsb" / "sts-dev.csv").read_text(encoding="utf-8").splitlines()[:40]
+    pairs = [tuple(line.split("\t")[5:7]) for line in lines]
+    model = PairModel(str(tiny_cross_encoder), "fp32", 1, 64, None, runtime="torch")
+    smoothed = _smoothed(model, pairs[:20])
+    wrapped = [name for name, module in smoothed[0].auto_model.named_modules() if type(module).__name__ == "Smoothed"]
+    assert wrapped and not any(name.endswith("output.dense") and "attention" not in name for name in wrapped)
+    features = model.tokenizer([a for a, _ in pairs], [b for _, b in pairs], padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        expected = model.cross_encoder[0].auto_model(**features).logits
+        actual = smoothed[0].auto_model(**features).logits
+    assert torch.allclose(actual, expected, atol=1e-5)

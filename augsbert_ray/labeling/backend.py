@@ -4,13 +4,16 @@ autocast), or its ONNX export run by ONNX Runtime on CPU, at fp32 or quantized t
 ONNX Runtime is the CPU default (runtime "auto"): on this project's 2-core CPU its fp32 session scored MiniLM
 pairs about twice as fast as torch eager, with scores equal to 1e-7 (docs/BENCHMARKS.md). int8 uses ONNX
 Runtime dynamic quantization with per-channel weights: it tied with torch's dynamic quantization on speed and
-was much closer to fp32. The FFN output projections stay fp32: their inputs carry the activation outliers that
-per-tensor int8 activations handle worst (Bondarenko et al., 2021).
+was much closer to fp32. Per-tensor int8 activations lose the most on BERT's outlier channels (Bondarenko et
+al., 2021), so before quantizing, each linear layer's input channels are smoothed (SmoothQuant, Xiao et al.,
+2023) with activation maxima measured on calibration pairs from the job's input, and the FFN output
+projections, whose inputs carry the largest outliers, stay fp32.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import uuid
 import warnings
@@ -22,13 +25,16 @@ from augsbert_ray.runtime import configure_torch_threads
 
 PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+CALIBRATION_PAIRS = 256  # int8: pairs whose activations set the smoothing scales
+SMOOTHING_ALPHA = 0.8  # how much of an input channel's range moves into the weights (SmoothQuant's alpha)
 
 
 class PairModel:
     """Scores padded batches of token ids. One per actor; loaded once."""
 
     def __init__(
-        self, model: str, precision: str, threads: int, max_seq_length: int | None, cache_dir: Path | None, runtime: str = "auto"
+        self, model: str, precision: str, threads: int, max_seq_length: int | None, cache_dir: Path | None, runtime: str = "auto",
+        calibration_pairs: list[tuple[str, str]] | None = None,
     ) -> None:
         configure_torch_threads(threads)
         import torch
@@ -51,7 +57,9 @@ class PairModel:
             raise ValueError("--precision int8 runs on ONNX Runtime: use --runtime onnx or auto")
         self.session = None
         if use_onnx:
-            self.session = _onnx_session(self.cross_encoder, model, self.input_names, threads, cache_dir, precision == "int8")
+            if precision == "int8" and not calibration_pairs:
+                raise ValueError("--precision int8 calibrates on the input's first pairs, and it has no pair with two sentences")
+            self.session = _onnx_session(self, model, threads, cache_dir, calibration_pairs if precision == "int8" else None)
 
     def score(self, features: dict[str, np.ndarray]) -> np.ndarray:
         import torch
@@ -70,21 +78,25 @@ class PairModel:
         return scores.reshape(len(scores), -1)[:, 0].cpu().numpy().astype(np.float32)
 
 
-def _onnx_session(cross_encoder, model: str, input_names: list[str], threads: int, cache_dir: Path | None, int8: bool):
-    """Export to ONNX (and quantize) once per model, cached by weights fingerprint; open an ORT session."""
+def _onnx_session(pair_model: PairModel, model: str, threads: int, cache_dir: Path | None, calibration_pairs: list[tuple[str, str]] | None):
+    """Export to ONNX once per model, cached by weights fingerprint, or with calibration pairs, its smoothed
+    int8 version (cached beside it: the first calibration wins); open an ORT session."""
     import onnxruntime as ort
 
     from augsbert_ray.models import model_fingerprint
 
     cache = (cache_dir or Path(model) / ".onnx") / model_fingerprint(model).replace("/", "_")
-    exported = cache / "model.onnx"
-    if not exported.exists():
-        _export(cross_encoder, input_names, exported)
-    path = exported
-    if int8:
+    if calibration_pairs is None:
+        path = cache / "model.onnx"
+        if not path.exists():
+            _export(pair_model.cross_encoder, pair_model.input_names, path)
+    else:
         path = cache / "model.int8.onnx"
         if not path.exists():
-            _quantize(exported, path)
+            smoothed = cache / f".smoothed.{uuid.uuid4().hex}.onnx"
+            _export(_smoothed(pair_model, calibration_pairs), pair_model.input_names, smoothed)
+            _quantize(smoothed, path)
+            smoothed.unlink()
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -109,12 +121,63 @@ def _export(cross_encoder, input_names: list[str], target: Path) -> None:
     os.replace(tmp, target)
 
 
+def _is_ffn_output(name: str) -> bool:
+    return name.endswith("output.dense") and "attention" not in name
+
+
+def _smoothed(pair_model: PairModel, calibration_pairs: list[tuple[str, str]]):
+    """A copy of the cross-encoder whose encoder linears (but the FFN outputs, left fp32) take smoothed
+    inputs: s = max|x|^alpha / max|w|^(1 - alpha) per input channel, x measured on the calibration pairs."""
+    import torch
+
+    class Smoothed(torch.nn.Module):
+        """``linear(x / s)`` with the weight's input columns times ``s``: the same function, whose input has its
+        outlier channels divided down before int8 quantizes it per tensor."""
+
+        def __init__(self, linear: torch.nn.Linear, scale: torch.Tensor) -> None:
+            super().__init__()
+            self.linear = linear
+            self.register_buffer("inverse_scale", 1.0 / scale)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.linear(x * self.inverse_scale)
+
+    cross_encoder = copy.deepcopy(pair_model.cross_encoder)
+    encoder = cross_encoder[0].auto_model
+    linears = {name: module for name, module in encoder.named_modules()
+               if isinstance(module, torch.nn.Linear) and ".layer." in f".{name}" and not _is_ffn_output(name)}
+    input_max: dict[str, torch.Tensor] = {}
+
+    def record(name: str):
+        def hook(module, inputs, output) -> None:
+            channel_max = inputs[0].detach().abs().reshape(-1, inputs[0].shape[-1]).amax(0)
+            input_max[name] = torch.maximum(input_max[name], channel_max) if name in input_max else channel_max
+        return hook
+
+    hooks = [module.register_forward_hook(record(name)) for name, module in linears.items()]
+    with torch.inference_mode():
+        for start in range(0, len(calibration_pairs), 64):
+            batch = calibration_pairs[start : start + 64]
+            features = pair_model.tokenizer([a for a, _ in batch], [b for _, b in batch], padding=True, truncation="longest_first",
+                                            max_length=pair_model.max_length, return_tensors="pt")
+            encoder(**{name: features[name] for name in pair_model.input_names})
+    for hook in hooks:
+        hook.remove()
+    for name, linear in linears.items():
+        weight_max = linear.weight.detach().abs().amax(0).clamp(min=1e-5)
+        scale = input_max[name].clamp(min=1e-5) ** SMOOTHING_ALPHA / weight_max ** (1 - SMOOTHING_ALPHA)
+        linear.weight.data *= scale
+        parent, _, attribute = name.rpartition(".")
+        setattr(encoder.get_submodule(parent), attribute, Smoothed(linear, scale))
+    return cross_encoder
+
+
 def _quantize(source: Path, target: Path) -> None:
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     tmp = target.with_name(f".{uuid.uuid4().hex}.onnx")
     graph = onnx.load(str(source)).graph
-    ffn_out = [node.name for node in graph.node if node.op_type == "MatMul" and "/output/dense" in node.name and "attention" not in node.name]
+    ffn_out = [node.name for node in graph.node if node.op_type == "MatMul" and _is_ffn_output(node.name.replace("/", ".").removesuffix(".MatMul"))]
     quantize_dynamic(source, tmp, weight_type=QuantType.QInt8, per_channel=True, nodes_to_exclude=ffn_out)
     os.replace(tmp, target)

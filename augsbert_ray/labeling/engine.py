@@ -21,7 +21,7 @@ import ray.data
 
 from augsbert_ray.config import LabelingSpec, SpecError
 from augsbert_ray.labeling.plan import Shard, expand_inputs, input_format, plan_shards
-from augsbert_ray.labeling.scorer import STATS_KEY, ShardLabeler
+from augsbert_ray.labeling.scorer import STATS_KEY, ShardLabeler, calibration_pairs
 from augsbert_ray.runtime import init_ray, log
 
 MANIFEST = "_manifest.json"
@@ -186,7 +186,8 @@ def label_files(
     log.info("labeling %s: %d shards (%d already done) from %d file(s) into %s", job.labeler, len(shards), skipped, len(files), output)
     write_manifest(output, key, stats, shards, final=False)
     if pending:
-        for row in _pipeline(pending, output, job).iter_rows():
+        calibration = calibration_pairs(shards, tuple(job.text_columns)) if job.spec.precision == "int8" else None
+        for row in _pipeline(pending, output, job, calibration).iter_rows():
             stats[row["shard"]] = {name: (int(value) if name in COUNT_KEYS else value) for name, value in row.items()}
             write_manifest(output, key, stats, shards, final=False)
             log.info("shard %s: %d labeled, %d rejected (%d/%d shards)", row["shard"], row["labeled"], row["rejected"], len(stats), len(shards))
@@ -200,7 +201,7 @@ def label_files(
     return result
 
 
-def _pipeline(pending: list[Shard], output: Path, job: LabelJob) -> ray.data.Dataset:
+def _pipeline(pending: list[Shard], output: Path, job: LabelJob, calibration: list[tuple[str, str]] | None) -> ray.data.Dataset:
     """Shard names, one block each, streamed to an autoscaling actor pool; each actor call labels one shard."""
     spec = job.spec
     ray.data.DataContext.get_current().enable_progress_bars = False  # the driver logs one line per shard instead
@@ -212,6 +213,7 @@ def _pipeline(pending: list[Shard], output: Path, job: LabelJob) -> ray.data.Dat
             "text_columns": tuple(job.text_columns), "batch_size": spec.batch_size,
             "threads": spec.threads_per_actor or max(1, int(spec.cpus_per_actor)),
             "precision": spec.precision, "runtime": spec.runtime, "max_seq_length": spec.max_seq_length, "strategy": job.strategy,
+            "calibration": calibration,
         },
         batch_size=1,
         batch_format="numpy",

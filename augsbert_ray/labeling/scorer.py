@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from augsbert_ray.data.rejects import Reject
-from augsbert_ray.labeling.backend import PairModel
+from augsbert_ray.labeling.backend import CALIBRATION_PAIRS, PairModel
 from augsbert_ray.labeling.plan import Shard, read_shard
 
 WINDOW = 4096  # pairs sorted by length together; bounds actor memory and padding
@@ -53,16 +53,29 @@ def check_pairs(table: pa.Table, text_columns: tuple[str, str], shard: Shard, fi
     return valid, rejects
 
 
+def calibration_pairs(shards: list[Shard], text_columns: tuple[str, str], count: int = CALIBRATION_PAIRS) -> list[tuple[str, str]]:
+    """The input's first ``count`` pairs with two sentences: what int8 calibrates on, the same for every actor."""
+    pairs: list[tuple[str, str]] = []
+    for shard in shards:
+        for table in read_shard(shard, count):
+            first, second = (table.column(name).to_pylist() for name in text_columns)
+            pairs += [(a, b) for a, b in zip(first, second) if a and a.strip() and b and b.strip()]
+            if len(pairs) >= count:
+                return pairs[:count]
+    return pairs
+
+
 class ShardLabeler:
     """Ray Data class UDF: the model is loaded once per actor; each row of a batch names a shard to label."""
 
     def __init__(
         self, shards: list[Shard], output: str, model: str, labeler: str, text_columns: tuple[str, str],
         batch_size: int, threads: int, precision: str, runtime: str, max_seq_length: int | None, strategy: str,
+        calibration: list[tuple[str, str]] | None = None,
     ) -> None:
         self.shards = {shard.name: shard for shard in shards}
         self.output = Path(output)
-        self.model = PairModel(model, precision, threads, max_seq_length, self.output / "_onnx", runtime)
+        self.model = PairModel(model, precision, threads, max_seq_length, self.output / "_onnx", runtime, calibration)
         self.labeler, self.text_columns, self.batch_size, self.strategy = labeler, text_columns, batch_size, strategy
         self.pad_id = self.model.tokenizer.pad_token_id or 0
 
