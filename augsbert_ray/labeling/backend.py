@@ -122,7 +122,8 @@ def _export(cross_encoder, input_names: list[str], target: Path) -> None:
 
 
 def _is_ffn_output(name: str) -> bool:
-    return name.endswith("output.dense") and "attention" not in name
+    """The FFN's output projection, by module name or by ONNX node name: it stays fp32."""
+    return "output.dense" in name.replace("/", ".") and "attention" not in name
 
 
 def _smoothed(pair_model: PairModel, calibration_pairs: list[tuple[str, str]]):
@@ -178,6 +179,6 @@ def _quantize(source: Path, target: Path) -> None:
 
     tmp = target.with_name(f".{uuid.uuid4().hex}.onnx")
     graph = onnx.load(str(source)).graph
-    ffn_out = [node.name for node in graph.node if node.op_type == "MatMul" and _is_ffn_output(node.name.replace("/", ".").removesuffix(".MatMul"))]
+    ffn_out = [node.name for node in graph.node if node.op_type == "MatMul" and _is_ffn_output(node.name)]
     quantize_dynamic(source, tmp, weight_type=QuantType.QInt8, per_channel=True, nodes_to_exclude=ffn_out)
     os.replace(tmp, target)
