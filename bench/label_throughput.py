@@ -72,21 +72,26 @@ def many_pairs(sentences: list[str], count: int, path: Path, seed: int) -> None:
             writer.write_table(pa.table({"sentence1": strings.take(i), "sentence2": strings.take(j), "pair_id": np.arange(start, start + n)}), row_group_size=50_000)
 
 
-def matmul_peak(threads: int, size: int = 2048, repeats: int = 10) -> float:
-    import torch
-
-    torch.set_num_threads(threads)
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    torch.mm(a, b)
+def matmul_flops_per_s(matmul, size: int, repeats: int = 10) -> float:
+    """Best of ``repeats`` timed calls of a size x size matmul, after one warm-up call."""
+    matmul()
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
-        torch.mm(a, b)
+        matmul()
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best
 
 
-def onnxruntime_matmul_peak(threads: int, size: int = 2048, repeats: int = 10) -> float:
+def matmul_peak(threads: int, size: int = 2048) -> float:
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    return matmul_flops_per_s(lambda: torch.mm(a, b), size)
+
+
+def onnxruntime_matmul_peak(threads: int, size: int = 2048) -> float:
     """The same matmul in ONNX Runtime (MLAS), the kernels the engine's fp32 path runs: on CPUs where torch's
     BLAS is slow (MKL on AMD), this peak is the higher and the fairer one."""
     import onnxruntime as ort
@@ -99,13 +104,7 @@ def onnxruntime_matmul_peak(threads: int, size: int = 2048, repeats: int = 10) -
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     inputs = {name: np.random.default_rng(0).standard_normal((size, size), dtype=np.float32) for name in ("a", "b")}
-    session.run(None, inputs)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        session.run(None, inputs)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best
+    return matmul_flops_per_s(lambda: session.run(None, inputs), size)
 
 
 def transformer_flops(config, tokens: int, tokens_sq: int) -> float:
