@@ -36,6 +36,10 @@ def output_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields)
 
 
+def is_sentence(text: str | None) -> bool:
+    return text is not None and bool(text.strip())
+
+
 def check_pairs(table: pa.Table, text_columns: tuple[str, str], shard: Shard, first_row: int) -> tuple[np.ndarray, list[Reject]]:
     """Rows whose two sentences are both non-empty text; every other row becomes a reject with its reason
     and its 1-based record number in the file (a CSV header not counted)."""
@@ -45,7 +49,7 @@ def check_pairs(table: pa.Table, text_columns: tuple[str, str], shard: Shard, fi
     for row in range(table.num_rows):
         for name in text_columns:
             text = columns[name][row]
-            if text is None or not text.strip():
+            if not is_sentence(text):
                 valid[row] = False
                 other = columns[text_columns[1] if name == text_columns[0] else text_columns[0]][row]
                 rejects.append(Reject(shard.path, first_row + row + 1, name, "missing sentence" if text is None else "empty sentence", other or ""))
@@ -59,7 +63,7 @@ def calibration_pairs(shards: list[Shard], text_columns: tuple[str, str], count:
     for shard in shards:
         for table in read_shard(shard, count):
             first, second = (table.column(name).to_pylist() for name in text_columns)
-            pairs += [(a, b) for a, b in zip(first, second) if a and a.strip() and b and b.strip()]
+            pairs += [(a, b) for a, b in zip(first, second) if is_sentence(a) and is_sentence(b)]
             if len(pairs) >= count:
                 return pairs[:count]
     return pairs
