@@ -2,7 +2,7 @@
 model, in-domain on STSb-1k, BWS cross-topic, BWS in-topic and MRPC, and transfer STSb -> BWS / MRPC.
 
     .venv/bin/python bench/reproduce.py --quick        # small version: 1 seed, small splits, RS and BM25 (see QUICK)
-    .venv/bin/python bench/reproduce.py                # full: 3 seeds, every job spec as shipped (hours on 2 cores)
+    .venv/bin/python bench/reproduce.py                # full: 3 seeds, every job spec as shipped (about a day on 2 cores)
     .venv/bin/python bench/reproduce.py --only stsb_1k --seeds 42 43 44
     python bench/reproduce.py --gpu --seeds 42 --cpus 5     # on a GPU machine: fits, labeling, evaluation there
     .venv/bin/python bench/reproduce.py --collect      # tabulate the finished runs only (e.g. copied from elsewhere)
