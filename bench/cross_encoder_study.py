@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import pyarrow as pa
+
 from augsbert_ray.config import CrossEncoderSpec, DataSpec
 from augsbert_ray.data import load_gold
 from augsbert_ray.evaluation import metrics_from_scores, score_pairs
@@ -28,21 +30,28 @@ from augsbert_ray.training.ray_fit import training_arguments
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def fit_and_score(gold, spec: CrossEncoderSpec, seed: int) -> dict[str, float]:
-    import torch
+def fit_cross_encoder(train: pa.Table, spec: CrossEncoderSpec, seed: int, output_dir: str) -> float:
+    """The job's cross-encoder recipe in this process; saves the model to ``output_dir``, returns seconds."""
     from datasets import Dataset
     from sentence_transformers import CrossEncoder
     from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
 
-    table = both_orders(gold.train.select(["sentence1", "sentence2", "label"]))
+    table = both_orders(train.select(["sentence1", "sentence2", "label"]))
     model = CrossEncoder(resolve_model(spec.model), num_labels=1, max_length=spec.max_seq_length)
+    args = training_arguments(CrossEncoderTrainingArguments, spec, seed, output_dir, False, distributed=False)
+    started = time.perf_counter()
+    CrossEncoderTrainer(model=model, args=args, train_dataset=Dataset(table), loss=BinaryCrossEntropyLoss(model)).train()
+    seconds = time.perf_counter() - started
+    model.save_pretrained(output_dir)
+    return seconds
+
+
+def fit_and_score(gold, spec: CrossEncoderSpec, seed: int) -> dict[str, float]:
+    import torch
+
     with tempfile.TemporaryDirectory() as output_dir:
-        args = training_arguments(CrossEncoderTrainingArguments, spec, seed, output_dir, False, distributed=False)
-        started = time.perf_counter()
-        CrossEncoderTrainer(model=model, args=args, train_dataset=Dataset(table), loss=BinaryCrossEntropyLoss(model)).train()
-        seconds = time.perf_counter() - started
-        model.save_pretrained(output_dir)
+        seconds = fit_cross_encoder(gold.train, spec, seed, output_dir)
         dev = gold.dev
         scores = score_pairs("cross_encoder", output_dir, dev.column("sentence1").to_pylist(),
                              dev.column("sentence2").to_pylist(), threads=torch.get_num_threads())
