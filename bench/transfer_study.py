@@ -30,6 +30,7 @@ from augsbert_ray.config import BiEncoderSpec, CrossEncoderSpec, JobSpec, load_s
 from augsbert_ray.evaluation import evaluate, score_pairs
 from augsbert_ray.models import resolve_model
 from augsbert_ray.runtime import configure_torch_threads
+from augsbert_ray.training.bi_encoder import bi_encoder_loss
 from augsbert_ray.training.ray_fit import TrainFile, read_training_pairs, training_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +58,6 @@ VARIANTS = [
 def fit(run: Path, spec: JobSpec, variant: Variant, silver: list[TrainFile], output_dir: str) -> int:
     from datasets import Dataset
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-    from sentence_transformers.sentence_transformer.losses import CosineSimilarityLoss, OnlineContrastiveLoss
 
     sources: dict[str, list[TrainFile]] = {
         "silver": silver,
@@ -71,8 +71,7 @@ def fit(run: Path, spec: JobSpec, variant: Variant, silver: list[TrainFile], out
         {**spec.bi_encoder.model_dump(), "epochs": variant.epochs, "learning_rate": variant.learning_rate}
     )
     args = training_arguments(SentenceTransformerTrainingArguments, encoder, spec.seed, output_dir, True, distributed=False)
-    loss = CosineSimilarityLoss(model) if encoder.loss == "cosine" else OnlineContrastiveLoss(model)  # as the job's
-    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset(table), loss=loss)
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset(table), loss=bi_encoder_loss(model, encoder))
     trainer.train()
     model.save_pretrained(output_dir)
     return table.num_rows

@@ -9,18 +9,23 @@ from augsbert_ray.config import BiEncoderSpec, TrainingSpec
 from augsbert_ray.training.ray_fit import TrainFile, fit_on_ray, read_training_pairs, train_and_report, worker_setup
 
 
+def bi_encoder_loss(model: Any, spec: BiEncoderSpec) -> Any:
+    """Both losses use the silver labels: cosine regresses on the score, online contrastive
+    thresholds it at 0.5 (so it is for 0/1 classification labels)."""
+    from sentence_transformers.sentence_transformer.losses import CosineSimilarityLoss, OnlineContrastiveLoss
+
+    return CosineSimilarityLoss(model) if spec.loss == "cosine" else OnlineContrastiveLoss(model)
+
+
 def bi_encoder_train_loop(config: dict[str, Any]) -> None:
     worker_setup(config)
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-    from sentence_transformers.sentence_transformer.losses import CosineSimilarityLoss, OnlineContrastiveLoss
 
     spec = BiEncoderSpec.model_validate(config["spec"])
     table = read_training_pairs(config["train_files"])
     model = SentenceTransformer(config["model"])
     model.max_seq_length = spec.max_seq_length
-    # Both losses use the silver labels: cosine regresses on the score, online contrastive
-    # thresholds it at 0.5 (so it is for 0/1 classification labels).
-    loss = CosineSimilarityLoss(model) if spec.loss == "cosine" else OnlineContrastiveLoss(model)
+    loss = bi_encoder_loss(model, spec)
     train_and_report(SentenceTransformerTrainer, SentenceTransformerTrainingArguments, model, loss, table, spec, config, True)
 
 

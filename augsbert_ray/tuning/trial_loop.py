@@ -16,6 +16,7 @@ from ray.train import Checkpoint
 
 from augsbert_ray.config import BiEncoderSpec
 from augsbert_ray.evaluation.metrics import best_threshold, f1_at, spearman_x100
+from augsbert_ray.training.bi_encoder import bi_encoder_loss
 from augsbert_ray.training.ray_fit import read_training_pairs, training_arguments, worker_setup
 
 
@@ -142,14 +143,13 @@ def tuning_train_loop(config: dict[str, Any]) -> None:
     worker_setup(config)
     from datasets import Dataset
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-    from sentence_transformers.sentence_transformer.losses import CosineSimilarityLoss, OnlineContrastiveLoss
 
     spec = BiEncoderSpec.model_validate(config["spec"])
     table = read_training_pairs(config["train_files"])
     dev = pq.read_table(config["dev_file"])
     model = SentenceTransformer(config["model"])
     model.max_seq_length = spec.max_seq_length
-    loss = CosineSimilarityLoss(model) if spec.loss == "cosine" else OnlineContrastiveLoss(model)
+    loss = bi_encoder_loss(model, spec)
     is_rank_zero = ray.train.get_context().get_world_rank() == 0
     with tempfile.TemporaryDirectory() as output_dir:
         args = training_arguments(SentenceTransformerTrainingArguments, spec, config["seed"], output_dir, True)
