@@ -18,13 +18,20 @@ Models: 'minilm' (the packaged all-MiniLM-L6-v2), a local directory, or a Huggin
 
 def _run(args: argparse.Namespace) -> int:
     from augsbert_ray.config import load_spec
-    from augsbert_ray.pipeline import run_job
+    from augsbert_ray.pipeline import load_run_spec, run_job
 
     overrides = list(args.set or [])
-    if args.address:
-        overrides.append(f"ray.address={args.address}")
-    spec = load_spec(args.job, overrides)
-    run_dir = run_job(spec, data_dir=args.data_dir)
+    address = [f"ray.address={args.address}"] if args.address else []
+    resume = Path(args.resume) if args.resume else None
+    if resume is not None:
+        if args.job or overrides:
+            raise SpecError("--resume continues a run with the spec saved in its spec.yaml: give no job spec and no --set")
+        spec = load_run_spec(resume, address)
+    elif args.job:
+        spec = load_spec(args.job, overrides + address)
+    else:
+        raise SpecError("give a job spec (e.g. jobs/stsb_indomain_bm25.yaml), or --resume RUN_DIR")
+    run_dir = run_job(spec, data_dir=args.data_dir, resume=resume)
     print(f"run directory: {run_dir}")
     print((run_dir / "report.md").read_text(encoding="utf-8").split("## Counts")[0])
     return 0
@@ -164,9 +171,9 @@ def _logs(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_job_arguments(command: argparse.ArgumentParser, example_job: str, example_override: str) -> None:
+def add_job_arguments(command: argparse.ArgumentParser, example_job: str, example_override: str, job_optional: bool = False) -> None:
     """The arguments of every subcommand that runs a job spec on Ray."""
-    command.add_argument("job", help=f"job spec YAML, e.g. {example_job}")
+    command.add_argument("job", nargs="?" if job_optional else None, help=f"job spec YAML, e.g. {example_job}")
     command.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help=f"override a spec field, e.g. {example_override} (repeatable)"
     )
@@ -195,7 +202,13 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_job_arguments(run, "jobs/stsb_indomain_bm25.yaml", "data.train_limit=1000")
+    add_job_arguments(run, "jobs/stsb_indomain_bm25.yaml", "data.train_limit=1000", job_optional=True)
+    run.add_argument(
+        "--resume", metavar="RUN_DIR",
+        help="continue an unfinished run (one stopped or killed) in its directory, with its spec.yaml: the fits it "
+        "finished (progress.json) are reused, gold and candidates are made again from the same seed, and labeling "
+        "skips the shards already written. Only --address and --data-dir may change.",
+    )
     run.set_defaults(handler=_run)
 
     tune = commands.add_parser(

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,7 +21,7 @@ import ray
 import ray.data
 from ray.data.expressions import col
 
-from augsbert_ray.config import DataSpec, JobSpec, bi_encoder_name, dump_spec
+from augsbert_ray.config import DataSpec, JobSpec, SpecError, bi_encoder_name, dump_spec, load_spec
 from augsbert_ray.data import GoldData, check_reject_fraction, load_gold, read_sentences, write_rejects
 from augsbert_ray.evaluation import Evaluation, evaluate_on_ray
 from augsbert_ray.labeling import LabelJob, label_table
@@ -31,7 +33,11 @@ from augsbert_ray.selection import score_histogram, select, silver_diagnostics
 from augsbert_ray.training import fit_bi_encoder, fit_cross_encoder
 from augsbert_ray.training.ray_fit import TrainFile
 from augsbert_ray.tuning.report import write_tuning_report
+from augsbert_ray.tuning.search import Outcome
 from augsbert_ray.tuning.stage import chosen_rows, silver_by_top_k, silver_files, tune_bi_encoder
+
+# Each finished fit is recorded here, so that `augsbert run --resume` reuses it instead of fitting again.
+PROGRESS_FILE = "progress.json"
 
 
 @dataclass
@@ -45,6 +51,8 @@ class RunState:
     sampling: dict[str, dict[str, float | int]] = field(default_factory=dict)
     tuning: dict[str, Any] = field(default_factory=dict)  # model name -> tuning.search.Outcome
     tuning_silver: dict[int, dict[str, Path]] = field(default_factory=dict)  # tuning.top_k -> strategy -> silver dir
+    finished_fits: dict[str, dict[str, Any]] = field(default_factory=dict)  # model name -> record, as in progress.json
+    reused: dict[str, float] = field(default_factory=dict)  # fits an earlier attempt made -> the seconds they took then
     stage_number: int = 0
 
     @contextmanager
@@ -66,7 +74,14 @@ class RunState:
             "sampling": self.sampling,
             "counts": self.counts,
             "wall_seconds": self.wall_seconds,
+            "reused_fits": self.reused,
         }
+
+    def record_fit(self, name: str, record: dict[str, Any]) -> None:
+        self.finished_fits[name] = record
+        tmp = self.run_dir / f".{PROGRESS_FILE}.tmp"
+        tmp.write_text(json.dumps(self.finished_fits, indent=1), encoding="utf-8")
+        os.replace(tmp, self.run_dir / PROGRESS_FILE)
 
 
 def new_run_dir(spec: JobSpec) -> Path:
@@ -187,6 +202,7 @@ def make_silver(
         kept = ray.data.read_parquet(str(labeled_dir))
         if strategy == "kde":
             silver_dir = state.run_dir / "silver" / strategy
+            shutil.rmtree(silver_dir, ignore_errors=True)  # a resumed run selects again
             selected, _ = select(kept, gold_labels, spec.task, spec.seed, spec.sampling.kde_mode, spec.sampling.kde_bins)
             selected.write_parquet(str(silver_dir))
             kept = ray.data.read_parquet(str(silver_dir)).filter(expr=col("accepted"))
@@ -197,33 +213,95 @@ def make_silver(
     return silver_dirs, histograms
 
 
+def fit_once(state: RunState, name: str, fit: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Fit models/<name>, or reuse it when an earlier attempt at this run finished it (progress.json)."""
+    record = state.finished_fits.get(name)
+    if record is not None and (state.run_dir / "models" / name).is_dir():
+        log.info("resume: reusing models/%s, fitted by an earlier attempt in %.0fs", name, record["wall_seconds"])
+        state.reused[name] = record["wall_seconds"]
+        return record
+    remove_unfinished_fit(state.run_dir, name)
+    started = time.perf_counter()
+    record = {**fit(), "wall_seconds": round(time.perf_counter() - started, 2)}
+    state.record_fit(name, record)
+    return record
+
+
+def remove_unfinished_fit(run_dir: Path, name: str) -> None:
+    """An unfinished fit starts over. Ray Train would otherwise restore the earlier attempt's checkpoints,
+    found by run name, and Ray Tune would mix its trials with theirs."""
+    tune_dir = run_dir / "ray_tune"
+    leftovers = [run_dir / "ray_train" / name, run_dir / "models" / name,
+                 *tune_dir.glob(f"{name}-*"), *(tune_dir / "ray_train").glob(f"{name}-*"), *(tune_dir / "stop").glob(f"{name}-*")]
+    for path in leftovers:
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
 def train_bi_encoder(spec: JobSpec, state: RunState, name: str, files: list[tuple[str, str]]) -> None:
-    if name in spec.tuned_models():  # seed (and top_k) search; the chosen trial lands in models/<name>
-        state.tuning[name] = tune_bi_encoder(spec, state.run_dir, name, files, state.tuning_silver)
-        state.counts["trained_on"][name] = chosen_rows(state.tuning[name])
-        return
-    metrics = fit_bi_encoder(
-        spec.bi_encoder, resolve_model(spec.bi_encoder.model), files, spec.training, spec.seed,
-        state.run_dir / "ray_train", name, state.run_dir / "models" / name,
-    )
-    state.counts["trained_on"][name] = int(metrics["train_rows"])  # after selection's `accepted` filter
+    def fit() -> dict[str, Any]:
+        if name in spec.tuned_models():  # seed (and top_k) search; the chosen trial lands in models/<name>
+            outcome = tune_bi_encoder(spec, state.run_dir, name, files, state.tuning_silver)
+            return {"trained_on": chosen_rows(outcome), "tuning": outcome.state()}
+        metrics = fit_bi_encoder(
+            spec.bi_encoder, resolve_model(spec.bi_encoder.model), files, spec.training, spec.seed,
+            state.run_dir / "ray_train", name, state.run_dir / "models" / name,
+        )
+        return {"trained_on": int(metrics["train_rows"])}  # after selection's `accepted` filter
+
+    record = fit_once(state, name, fit)
+    state.counts["trained_on"][name] = record["trained_on"]
+    if "tuning" in record:
+        state.tuning[name] = Outcome.from_state(record["tuning"])
 
 
-def start_run(spec: JobSpec, run_dir: Path | None) -> RunState:
-    state = RunState(run_dir or new_run_dir(spec))
-    (state.run_dir / "spec.yaml").write_text(dump_spec(spec), encoding="utf-8")
+def start_run(spec: JobSpec, resume: Path | None) -> RunState:
+    if resume is None:
+        state = RunState(new_run_dir(spec))
+        (state.run_dir / "spec.yaml").write_text(dump_spec(spec), encoding="utf-8")
+    else:
+        state = resumed_state(spec, resume)
     log.info("run directory: %s", state.run_dir)
     init_ray(spec.ray.address, spec.ray.num_cpus)
     return state
 
 
+def load_run_spec(run_dir: Path, overrides: list[str] | None = None) -> JobSpec:
+    """The spec an unfinished run was started with (its spec.yaml), to resume it."""
+    if not (run_dir / "spec.yaml").is_file():
+        raise SpecError(f"--resume {run_dir}: not a run directory (no spec.yaml)")
+    if (run_dir / "metrics.json").exists():
+        raise SpecError(f"--resume {run_dir}: that run has finished (metrics.json exists)")
+    return load_spec(run_dir / "spec.yaml", overrides)
+
+
+def resumed_state(spec: JobSpec, run_dir: Path) -> RunState:
+    """Continue an unfinished run in its own directory: finished fits are reused, gold and candidates are made
+    again (they are seeded), and labeling skips the shards already written."""
+    run_dir = run_dir.resolve()
+    saved, wanted = load_run_spec(run_dir).model_dump(mode="json"), spec.model_dump(mode="json")
+    changed = sorted(key for key in wanted.keys() | saved.keys() if key != "ray" and wanted.get(key) != saved.get(key))
+    if changed:
+        raise SpecError(f"--resume {run_dir}: the spec differs from the run's spec.yaml in {', '.join(changed)}")
+    progress = run_dir / PROGRESS_FILE
+    finished = json.loads(progress.read_text(encoding="utf-8")) if progress.exists() else {}
+    log.info("resuming %s: %d finished fit(s) to reuse (%s)", run_dir, len(finished), ", ".join(finished) or "none")
+    return RunState(run_dir, finished_fits=finished)
+
+
 def train_cross_encoder(spec: JobSpec, state: RunState, gold: GoldData, gold_file: TrainFile) -> Path:
     cross_encoder_dir = state.run_dir / "models" / "cross_encoder"
-    state.counts["trained_on"] = {"cross_encoder": gold.train.num_rows * (2 if spec.cross_encoder.both_orders else 1)}
-    fit_cross_encoder(
-        spec.cross_encoder, resolve_model(spec.cross_encoder.model), spec.task, [gold_file],
-        spec.training, spec.seed, state.run_dir / "ray_train", cross_encoder_dir,
-    )
+
+    def fit() -> dict[str, Any]:
+        fit_cross_encoder(
+            spec.cross_encoder, resolve_model(spec.cross_encoder.model), spec.task, [gold_file],
+            spec.training, spec.seed, state.run_dir / "ray_train", cross_encoder_dir,
+        )
+        return {"trained_on": gold.train.num_rows * (2 if spec.cross_encoder.both_orders else 1)}
+
+    state.counts["trained_on"] = {"cross_encoder": fit_once(state, "cross_encoder", fit)["trained_on"]}
     return cross_encoder_dir
 
 
@@ -256,15 +334,16 @@ def write_outputs(spec: JobSpec, state: RunState, started: float, reference_labe
     log.info("done: %s", state.run_dir / "report.md")
 
 
-def run_job(spec: JobSpec, data_dir: str | Path | None = None, run_dir: Path | None = None) -> Path:
-    """Run the job's scenario and return the run directory."""
+def run_job(spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None) -> Path:
+    """Run the job's scenario (in a new run directory, or continuing the unfinished run ``resume``) and
+    return the run directory."""
     run = run_domain_transfer if spec.scenario == "domain-transfer" else run_in_domain
-    return run(spec, data_dir, run_dir)
+    return run(spec, data_dir, resume)
 
 
-def run_in_domain(spec: JobSpec, data_dir: str | Path | None = None, run_dir: Path | None = None) -> Path:
+def run_in_domain(spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None) -> Path:
     """Run the whole in-domain method and return the run directory."""
-    state = start_run(spec, run_dir)
+    state = start_run(spec, resume)
     total_stages = 7
     models_dir = state.run_dir / "models"
     started = time.perf_counter()
@@ -322,11 +401,11 @@ def target_candidate_source(spec: JobSpec, target: GoldData, source: GoldData) -
     return CandidateSource(pool, pool.gold_codes([target.dev, target.test]), transfer_reference_labels(target, source))
 
 
-def run_domain_transfer(spec: JobSpec, data_dir: str | Path | None = None, run_dir: Path | None = None) -> Path:
+def run_domain_transfer(spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None) -> Path:
     """Cross-encoder on the labeled source, silver labels on the target, AugSBERT on the target silver alone;
     every model is scored on the target's test split."""
     assert spec.target is not None
-    state = start_run(spec, run_dir)
+    state = start_run(spec, resume)
     total_stages = 7
     models_dir = state.run_dir / "models"
     started = time.perf_counter()

@@ -8,8 +8,9 @@ model, in-domain on STSb-1k, BWS cross-topic, BWS in-topic and MRPC, and transfe
     .venv/bin/python bench/reproduce.py --collect      # tabulate the finished runs only (e.g. copied from elsewhere)
 
 Each (experiment, seed) is one `augsbert run` of a job spec in jobs/, with `seed` set (it drives the splits,
-train_limit subsets, sampling and training). Runs land in --runs; a finished run (its metrics.json) is reused
-on a rerun, so a long run can be stopped and resumed. Writes docs/RESULTS.md and bench/results/reproduce.json.
+train_limit subsets, sampling and training). Runs land in --runs; on a rerun a finished run (its metrics.json)
+is reused and an unfinished one is resumed (`augsbert run --resume`: its finished fits are kept), so a long
+run can be stopped and continued. Writes docs/RESULTS.md and bench/results/reproduce.json.
 """
 
 from __future__ import annotations
@@ -88,7 +89,9 @@ def run_one(name: str, seed: int, args: argparse.Namespace, runs: Path) -> tuple
         return None
     else:
         overrides = [*overrides_for(name, args.quick, args.gpu), *args.set, f"seed={seed}", f"output_dir={runs}", f"name={run_name}"]
-        run_dir = run_job(load_spec(ROOT / job, overrides), data_dir=args.data_dir)
+        unfinished = sorted(path.parent for path in runs.glob(f"{run_name}-*/spec.yaml"))  # stopped runs: continue the latest
+        spec = load_spec(ROOT / job, overrides)
+        run_dir = run_job(spec, data_dir=args.data_dir, resume=unfinished[-1] if unfinished else None)
         (run_dir / "host.json").write_text(json.dumps(host()), encoding="utf-8")
     host_file = run_dir / "host.json"  # absent for runs made before it was recorded
     return (json.loads((run_dir / "metrics.json").read_text()), yaml.safe_load((run_dir / "spec.yaml").read_text()),

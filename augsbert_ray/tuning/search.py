@@ -283,6 +283,18 @@ class Outcome:
         """Steps of training every trial to the end."""
         return sum(trial.total_steps for trial in self.trials)
 
+    def state(self) -> dict[str, Any]:
+        """Every field, JSON-ready: what a resumed run restores with ``from_state``."""
+        return asdict(self)
+
+    @classmethod
+    def from_state(cls, data: dict[str, Any]) -> "Outcome":
+        trials = [
+            Trial(**{**trial, "train_files": [tuple(f) for f in trial["train_files"]], "history": [tuple(h) for h in trial["history"]]})
+            for trial in data["trials"]
+        ]
+        return cls(**{**data, "trials": trials})
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model_name,
