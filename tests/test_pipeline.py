@@ -62,3 +62,25 @@ def test_whole_run_on_a_tiny_model(ray_session, tiny_model: Path, data_dir: Path
     for title in ("Cross-encoder", "SBERT (gold only)", "AugSBERT-BM25", "AugSBERT-RS", "Zero-shot", "Jaccard"):
         assert title in report
     assert "run directory" in capsys.readouterr().out
+
+    # Resume after a kill: the KDE and SS fits and everything after them never happened.
+    progress = json.loads((run_dir / "progress.json").read_text())
+    assert set(progress) == {"cross_encoder", "sbert", *STRATEGIES.values()}
+    assert {name: record["trained_on"] for name, record in progress.items()} == trained
+    for name in ("augsbert_kde", "augsbert_ss"):
+        del progress[name]
+    (run_dir / "progress.json").write_text(json.dumps(progress))
+    (run_dir / "metrics.json").unlink()
+    modified = {name: (run_dir / "models" / name / "model.safetensors").stat().st_mtime_ns for name in ("cross_encoder", "augsbert_kde")}
+    assert main(["run", str(run_dir / "spec.yaml"), "--resume", str(run_dir)]) == 2  # the spec comes from the run
+    assert main(["run", "--resume", str(run_dir), "--data-dir", str(data_dir)]) == 0
+    assert list(tmp_path.glob("tiny-*")) == [run_dir]
+    resumed = json.loads((run_dir / "metrics.json").read_text())
+    assert set(resumed["reused_fits"]) == {"cross_encoder", "sbert", "augsbert_bm25", "augsbert_rs"}
+    assert (run_dir / "models" / "cross_encoder" / "model.safetensors").stat().st_mtime_ns == modified["cross_encoder"]
+    assert (run_dir / "models" / "augsbert_kde" / "model.safetensors").stat().st_mtime_ns != modified["augsbert_kde"]
+    assert resumed["counts"] == counts  # gold and silver made again are the first attempt's; nothing labeled twice
+    assert pq.read_table(run_dir / "silver" / "kde").num_rows == 3000
+    assert resumed["test"]["cross_encoder"] == metrics["test"]["cross_encoder"]
+    assert main(["run", "--resume", str(run_dir)]) == 2  # finished now
+    assert "has finished" in capsys.readouterr().err
