@@ -230,7 +230,8 @@ def main() -> int:
             metrics, spec, where = finished
             specs.setdefault(experiment, spec)
             info["seeds"].append(seed)
-            info["seconds"].append(metrics.get("wall_seconds", {}).get("total", 0.0))
+            # a resumed run: its last attempt, plus the fits it reused from earlier ones
+            info["seconds"].append(metrics.get("wall_seconds", {}).get("total", 0.0) + sum(metrics.get("reused_fits", {}).values()))
             info["hosts"].append(where)
             for row, value in metrics["test"].items():
                 scores.setdefault(row, []).append(value)
