@@ -23,6 +23,16 @@ def test_run_reports_spec_errors(tmp_path: Path, capsys) -> None:
     assert "sampling.strategy: unknown key" in capsys.readouterr().err
 
 
+def test_run_needs_a_job_or_a_run_to_resume(tmp_path: Path, capsys) -> None:
+    assert main(["run"]) == 2
+    assert "give a job spec" in capsys.readouterr().err
+    assert main(["run", "--resume", str(tmp_path)]) == 2
+    assert f"--resume {tmp_path}: not a run directory (no spec.yaml)" in capsys.readouterr().err
+    (tmp_path / "spec.yaml").write_text("seed: 1\n")
+    assert main(["run", "--resume", str(tmp_path), "--set", "seed=2"]) == 2
+    assert "give no job spec and no --set" in capsys.readouterr().err
+
+
 def test_label_command(ray_session, tiny_cross_encoder: Path, tmp_path: Path) -> None:
     pairs = tmp_path / "pairs.parquet"
     pq.write_table(pa.table({"q": ["a cat", "a dog", "rain"], "d": ["a kitten", "a car", "sun"], "id": [1, 2, 3]}), pairs)
