@@ -204,6 +204,10 @@ class TrainingSpec(_Strict):
     )
 
 
+# Training settings that only say how a fit survives failures: a resumed run may change them (--resume --set).
+RESUME_SETTABLE_TRAINING = ("checkpoint_every", "max_failures")
+
+
 class EvaluationSpec(_Strict):
     zero_shot_model: str = DEFAULT_MODEL
     cpus: float = Field(1, gt=0)

@@ -21,7 +21,9 @@ import ray
 import ray.data
 from ray.data.expressions import col
 
-from augsbert_ray.config import DataSpec, JobSpec, SpecError, bi_encoder_name, dump_spec, load_spec
+from augsbert_ray.config import (
+    RESUME_SETTABLE_TRAINING, DataSpec, JobSpec, SpecError, bi_encoder_name, dump_spec, load_spec,
+)
 from augsbert_ray.data import GoldData, check_reject_fraction, load_gold, read_sentences, write_rejects
 from augsbert_ray.evaluation import Evaluation, evaluate_on_ray
 from augsbert_ray.labeling import LabelJob, label_table
@@ -213,26 +215,28 @@ def make_silver(
     return silver_dirs, histograms
 
 
-def fit_once(state: RunState, name: str, fit: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def fit_once(spec: JobSpec, state: RunState, name: str, fit: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Fit models/<name>, or reuse it when an earlier attempt at this run finished it (progress.json)."""
     record = state.finished_fits.get(name)
     if record is not None and (state.run_dir / "models" / name).is_dir():
         log.info("resume: reusing models/%s, fitted by an earlier attempt in %.0fs", name, record["wall_seconds"])
         state.reused[name] = record["wall_seconds"]
         return record
-    remove_unfinished_fit(state.run_dir, name)
+    remove_unfinished_fit(state.run_dir, name, keep_training_state=spec.training.checkpoint_every is not None)
     started = time.perf_counter()
     record = {**fit(), "wall_seconds": round(time.perf_counter() - started, 2)}
     state.record_fit(name, record)
     return record
 
 
-def remove_unfinished_fit(run_dir: Path, name: str) -> None:
-    """An unfinished fit starts over. Ray Train would otherwise restore the earlier attempt's checkpoints,
-    found by run name, and Ray Tune would mix its trials with theirs."""
+def remove_unfinished_fit(run_dir: Path, name: str, keep_training_state: bool) -> None:
+    """Clear what an unfinished fit left. Ray Train restores the earlier attempt's checkpoints, found by run
+    name: kept when ``keep_training_state`` (training.checkpoint_every), so the fit goes on from its last
+    training state, else removed so that it starts over. A search always starts over: Ray Tune would mix its
+    trials with the earlier ones."""
     tune_dir = run_dir / "ray_tune"
-    leftovers = [run_dir / "ray_train" / name, run_dir / "models" / name,
-                 *tune_dir.glob(f"{name}-*"), *(tune_dir / "ray_train").glob(f"{name}-*"), *(tune_dir / "stop").glob(f"{name}-*")]
+    leftovers = [run_dir / "models" / name, *tune_dir.glob(f"{name}-*"), *(tune_dir / "ray_train").glob(f"{name}-*"),
+                 *(tune_dir / "stop").glob(f"{name}-*"), *([] if keep_training_state else [run_dir / "ray_train" / name])]
     for path in leftovers:
         if path.is_dir():
             shutil.rmtree(path)
@@ -251,7 +255,7 @@ def train_bi_encoder(spec: JobSpec, state: RunState, name: str, files: list[tupl
         )
         return {"trained_on": int(metrics["train_rows"])}  # after selection's `accepted` filter
 
-    record = fit_once(state, name, fit)
+    record = fit_once(spec, state, name, fit)
     state.counts["trained_on"][name] = record["trained_on"]
     if "tuning" in record:
         state.tuning[name] = Outcome.from_state(record["tuning"])
@@ -277,12 +281,18 @@ def load_run_spec(run_dir: Path, overrides: list[str] | None = None) -> JobSpec:
     return load_spec(run_dir / "spec.yaml", overrides)
 
 
+def comparable_spec(spec: JobSpec) -> dict[str, Any]:
+    """The fields a resumed run must share with its first attempt: all but where Ray runs and how fits
+    survive failures, which do not change what the run computes."""
+    return spec.model_dump(mode="json", exclude={"ray": True, "training": set(RESUME_SETTABLE_TRAINING)})
+
+
 def resumed_state(spec: JobSpec, run_dir: Path) -> RunState:
     """Continue an unfinished run in its own directory: finished fits are reused, gold and candidates are made
     again (they are seeded), and labeling skips the shards already written."""
     run_dir = run_dir.resolve()
-    saved, wanted = load_run_spec(run_dir).model_dump(mode="json"), spec.model_dump(mode="json")
-    changed = sorted(key for key in wanted.keys() | saved.keys() if key != "ray" and wanted.get(key) != saved.get(key))
+    saved, wanted = (comparable_spec(load_run_spec(run_dir)), comparable_spec(spec))
+    changed = sorted(key for key in wanted.keys() | saved.keys() if wanted.get(key) != saved.get(key))
     if changed:
         raise SpecError(f"--resume {run_dir}: the spec differs from the run's spec.yaml in {', '.join(changed)}")
     progress = run_dir / PROGRESS_FILE
@@ -301,7 +311,7 @@ def train_cross_encoder(spec: JobSpec, state: RunState, gold: GoldData, gold_fil
         )
         return {"trained_on": gold.train.num_rows * (2 if spec.cross_encoder.both_orders else 1)}
 
-    state.counts["trained_on"] = {"cross_encoder": fit_once(state, "cross_encoder", fit)["trained_on"]}
+    state.counts["trained_on"] = {"cross_encoder": fit_once(spec, state, "cross_encoder", fit)["trained_on"]}
     return cross_encoder_dir
 
 

@@ -1,8 +1,11 @@
-"""Real processes, real kills: a Ray Train worker dies mid-fit and the fit resumes from its last checkpoint."""
+"""Real processes, real kills: a Ray Train worker, or the driver, dies mid-fit and the fit resumes from its last
+checkpoint."""
 
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -12,6 +15,7 @@ import pyarrow.parquet as pq
 
 from augsbert_ray.config import BiEncoderSpec, DataSpec, TrainingSpec
 from augsbert_ray.data import load_gold
+from augsbert_ray.pipeline import remove_unfinished_fit
 from augsbert_ray.training import fit_bi_encoder
 
 
@@ -25,11 +29,20 @@ def registered_checkpoints(storage: Path) -> int:
     return 0
 
 
+def wait_for_a_checkpoint(storage: Path, timeout: float = 300) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if registered_checkpoints(storage) >= 1:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def kill_train_worker_after_checkpoints(storage: Path, killed: list[int], timeout: float = 300) -> None:
     """SIGKILL the worker once the controller has registered a training-state checkpoint."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if registered_checkpoints(storage) >= 1:
+        if wait_for_a_checkpoint(storage, deadline - time.monotonic()):
             for process in psutil.Process().children(recursive=True):
                 try:
                     if "RayTrainWorker" in " ".join(process.cmdline()):
@@ -58,3 +71,61 @@ def test_killed_train_worker_resumes_from_checkpoint(ray_session, tiny_model: Pa
     assert metrics["steps"] == 400  # finished
     assert 25 <= metrics["resumed_from_step"] < 400  # continued from a checkpoint, did not start over
     assert (tmp_path / "model" / "model.safetensors").is_file()
+
+
+# A driver that fits like the pipeline does, in its own process, on the test session's Ray.
+DRIVER = """
+import sys
+from pathlib import Path
+import ray
+from augsbert_ray.config import BiEncoderSpec, TrainingSpec
+from augsbert_ray.training import fit_bi_encoder
+model, train, storage, out = sys.argv[2:]
+ray.init(address=sys.argv[1])
+fit_bi_encoder(BiEncoderSpec(model=model, epochs=8, batch_size=8), model, [(train, "label")],
+               TrainingSpec(num_workers=1, cpus_per_worker=1, checkpoint_every=25), 0, Path(storage), "ft", Path(out))
+"""
+
+
+def test_killed_driver_resumes_from_checkpoint_in_a_new_driver(
+    ray_session, tiny_model: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    """What `augsbert run --resume` relies on: a fit under the same storage and name goes on from the killed
+    driver's last training state; once that fit has finished, a further one starts from the beginning."""
+    gold = load_gold(DataSpec(train_limit=400), seed=0, data_dir=data_dir)
+    pq.write_table(gold.train, train := tmp_path / "train.parquet")
+    storage, model_dir = tmp_path / "ray_train", tmp_path / "model"
+    address = ray_session.get_runtime_context().gcs_address
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, address, str(tiny_model), str(train), str(storage), str(model_dir)])
+    try:
+        assert wait_for_a_checkpoint(storage), "the first driver registered no checkpoint"
+    finally:
+        driver.kill()
+        driver.wait()
+    assert not model_dir.exists()  # it did not finish
+
+    def fit_again() -> dict:
+        return fit_bi_encoder(
+            BiEncoderSpec(model=str(tiny_model), epochs=8, batch_size=8), str(tiny_model), [(str(train), "label")],
+            TrainingSpec(num_workers=1, cpus_per_worker=1, checkpoint_every=25), 0, storage, "ft", model_dir,
+        )
+
+    metrics = fit_again()
+    assert metrics["steps"] == 400 and 25 <= metrics["resumed_from_step"] < 400
+    assert (model_dir / "model.safetensors").is_file()
+    assert registered_checkpoints(storage) == 1  # CheckpointConfig(num_to_keep=1): the final model
+    on_disk = len(list((storage / "ft").glob("checkpoint_*")))  # and any the killed driver wrote but never registered
+    metrics = fit_again()  # the latest checkpoint is a final model, not a training state
+    assert metrics["steps"] == 400 and metrics["resumed_from_step"] == 0
+    assert len(list((storage / "ft").glob("checkpoint_*"))) == on_disk  # 16 training states saved, each deleted
+
+
+def test_an_unfinished_fit_keeps_its_training_state_only_when_checkpointed(tmp_path: Path) -> None:
+    for keep in (True, False):
+        run_dir = tmp_path / str(keep)
+        for leftover in ("ray_train/augsbert_kde/checkpoint_1", "models/augsbert_kde", "ray_tune/sbert-s42", "ray_train/sbert"):
+            (run_dir / leftover).mkdir(parents=True)
+        remove_unfinished_fit(run_dir, "augsbert_kde", keep_training_state=keep)
+        assert (run_dir / "ray_train/augsbert_kde/checkpoint_1").is_dir() == keep
+        assert not (run_dir / "models/augsbert_kde").exists()
+        assert (run_dir / "ray_tune/sbert-s42").is_dir() and (run_dir / "ray_train/sbert").is_dir()  # other fits'

@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import ray.train
-from ray.train import Checkpoint, FailureConfig, RunConfig, ScalingConfig
+from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from augsbert_ray.config import EncoderSpec, TrainingSpec
@@ -83,9 +83,11 @@ def training_arguments(
 def train_resuming(trainer: Any, checkpoint_every: int | None) -> tuple[Any, int]:
     """Run ``trainer.train()``, resuming from the last training state Ray Train kept, if any.
 
-    After a worker failure Ray Train restarts the loop (FailureConfig.max_failures); the training
-    states that RayTrainReportCallback reported every ``checkpoint_every`` steps make it continue
-    where it stopped instead of starting over. Returns the train output and the step it resumed from.
+    After a worker failure Ray Train restarts the loop (FailureConfig.max_failures), and a new driver
+    that fits under the same storage path and name (``augsbert run --resume``) gets the earlier run's
+    checkpoints too. The training states that RayTrainReportCallback reported every ``checkpoint_every``
+    steps make it continue where it stopped instead of starting over. Returns the train output and the
+    step it resumed from.
     """
     if not checkpoint_every:
         return trainer.train(), 0
@@ -97,6 +99,9 @@ def train_resuming(trainer: Any, checkpoint_every: int | None) -> tuple[Any, int
         return trainer.train(), 0
     with checkpoint.as_directory() as directory:
         resume_from = Path(directory) / RayTrainReportCallback.CHECKPOINT_NAME
+        if not (resume_from / "trainer_state.json").is_file():  # a final model, not a training state
+            log.info("the latest checkpoint holds no training state (%s): training from the start", directory)
+            return trainer.train(), 0
         step = json.loads((resume_from / "trainer_state.json").read_text())["global_step"]
         log.info("resuming from step %d (%s)", step, resume_from)
         return trainer.train(resume_from_checkpoint=str(resume_from)), step
@@ -158,6 +163,8 @@ def fit_on_ray(
             name=name,
             storage_path=str(storage.resolve()),
             failure_config=FailureConfig(max_failures=resources.max_failures),
+            # a full training state is ~3x the model: keep only the latest (the final model, once reported)
+            checkpoint_config=CheckpointConfig(num_to_keep=1),
         ),
     )
     log.info("training %s on %d Ray Train worker(s)", name, resources.num_workers)
