@@ -291,7 +291,7 @@ def resumed_state(spec: JobSpec, run_dir: Path) -> RunState:
     """Continue an unfinished run in its own directory: finished fits are reused, gold and candidates are made
     again (they are seeded), and labeling skips the shards already written."""
     run_dir = run_dir.resolve()
-    saved, wanted = (comparable_spec(load_run_spec(run_dir)), comparable_spec(spec))
+    saved, wanted = comparable_spec(load_run_spec(run_dir)), comparable_spec(spec)
     changed = sorted(key for key in wanted.keys() | saved.keys() if wanted.get(key) != saved.get(key))
     if changed:
         raise SpecError(f"--resume {run_dir}: the spec differs from the run's spec.yaml in {', '.join(changed)}")

@@ -73,7 +73,8 @@ def test_whole_run_on_a_tiny_model(ray_session, tiny_model: Path, data_dir: Path
     (run_dir / "metrics.json").unlink()
     modified = {name: (run_dir / "models" / name / "model.safetensors").stat().st_mtime_ns for name in ("cross_encoder", "augsbert_kde")}
     assert main(["run", str(run_dir / "spec.yaml"), "--resume", str(run_dir)]) == 2  # the spec comes from the run
-    assert main(["run", "--resume", str(run_dir), "--data-dir", str(data_dir)]) == 0
+    # training states may be switched on for the rest of the run: they do not change what it computes
+    assert main(["run", "--resume", str(run_dir), "--data-dir", str(data_dir), "--set", "training.checkpoint_every=20"]) == 0
     assert list(tmp_path.glob("tiny-*")) == [run_dir]
     resumed = json.loads((run_dir / "metrics.json").read_text())
     assert set(resumed["reused_fits"]) == {"cross_encoder", "sbert", "augsbert_bm25", "augsbert_rs"}
@@ -81,6 +82,9 @@ def test_whole_run_on_a_tiny_model(ray_session, tiny_model: Path, data_dir: Path
     assert (run_dir / "models" / "augsbert_kde" / "model.safetensors").stat().st_mtime_ns != modified["augsbert_kde"]
     assert resumed["counts"] == counts  # gold and silver made again are the first attempt's; nothing labeled twice
     assert pq.read_table(run_dir / "silver" / "kde").num_rows == 3000
+    snapshot = json.loads((run_dir / "ray_train" / "augsbert_kde" / "checkpoint_manager_snapshot.json").read_text())
+    assert snapshot["current_report_index"] > 1  # training states were saved before the final model ...
+    assert len(snapshot["checkpoint_results"]) == 1  # ... and deleted: only the final model is kept
     assert resumed["test"]["cross_encoder"] == metrics["test"]["cross_encoder"]
     assert main(["run", "--resume", str(run_dir)]) == 2  # finished now
     assert "has finished" in capsys.readouterr().err
