@@ -131,7 +131,7 @@ class SamplingSpec(_Strict):
     strategies: list[Strategy] = ["bm25", "random"]
     top_k: int = Field(3, gt=0, description="Neighbours kept per sentence by BM25 and semantic search.")
     random_pairs: int | None = Field(
-        None, gt=0, description="Random pairs to draw. Default: as many as BM25 produced, else top_k per sentence."
+        None, gt=0, description="Random pairs to draw. Default: as many as BM25 makes (it is run to count them when it is not a strategy)."
     )
     kde_pool: int | None = Field(
         None, gt=0, description="Random pairs labeled for KDE selection. Default: 10x the random budget, capped by the pool."

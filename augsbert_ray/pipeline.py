@@ -22,7 +22,7 @@ import ray.data
 from ray.data.expressions import col
 
 from augsbert_ray.config import (
-    RESUME_SETTABLE_TRAINING, DataSpec, JobSpec, SpecError, bi_encoder_name, dump_spec, load_spec,
+    RESUME_SETTABLE_TRAINING, DataSpec, JobSpec, SamplingSpec, SpecError, bi_encoder_name, dump_spec, load_spec,
 )
 from augsbert_ray.data import GoldData, check_reject_fraction, load_gold, read_sentences, write_rejects
 from augsbert_ray.evaluation import Evaluation, evaluate_on_ray
@@ -30,7 +30,7 @@ from augsbert_ray.labeling import LabelJob, label_table
 from augsbert_ray.models import model_fingerprint, resolve_model
 from augsbert_ray.report import plot_score_densities, write_report
 from augsbert_ray.runtime import init_ray, log
-from augsbert_ray.sampling import SentencePool, available_pairs, candidate_table, given_pairs
+from augsbert_ray.sampling import SentencePool, available_pairs, candidate_table, given_pairs, sample_bm25
 from augsbert_ray.selection import score_histogram, select, silver_diagnostics
 from augsbert_ray.training import fit_bi_encoder, fit_cross_encoder
 from augsbert_ray.training.ray_fit import TrainFile
@@ -133,11 +133,17 @@ def read_splits(data: DataSpec, seed: int, state: RunState, data_dir: str | Path
 STRATEGY_ORDER = ("bm25", "random", "kde", "semantic", "bm25+semantic")
 
 
-def random_budget(spec: JobSpec, pool: SentencePool, excluded, bm25_count: int | None) -> int:
-    """Random pairs: as requested, else as many as BM25 made, else top_k per sentence (capped by the pool)."""
-    if spec.sampling.random_pairs is not None:
-        return spec.sampling.random_pairs
-    return min(bm25_count or spec.sampling.top_k * len(pool), available_pairs(pool, excluded))
+def random_pool_sizes(sampling: SamplingSpec, pool: SentencePool, excluded: np.ndarray, bm25_count: int | None) -> dict[str, int]:
+    """Pairs drawn by random sampling and for the KDE pool: as requested, else as many as BM25 makes (and 10x that
+    for KDE), capped by the pool. BM25 is counted even when it is not a strategy of the run (bm25_count None), so
+    that a run of some strategies draws the pools that a run of all of them draws."""
+    available = available_pairs(pool, excluded)
+    n_random = sampling.random_pairs
+    if n_random is None:
+        if bm25_count is None:
+            bm25_count = len(sample_bm25(pool, sampling.top_k, excluded, sampling.bm25_shard_size, sampling.search_cpus)[0])
+        n_random = min(bm25_count, available)
+    return {"random": n_random, "kde": sampling.kde_pool or min(10 * n_random, available)}
 
 
 @dataclass
@@ -189,13 +195,13 @@ def make_silver(
     silver_dirs: dict[str, Path] = {}
     histograms: dict[str, np.ndarray] = {}
     bm25_count: int | None = None
+    random_sizes: dict[str, int] = {}
     for strategy in sorted(spec.sampling.strategies, key=STRATEGY_ORDER.index):
-        n_random = random_budget(spec, pool, excluded, bm25_count)
-        if strategy == "kde":
-            n_random = spec.sampling.kde_pool or min(10 * n_random, available_pairs(pool, excluded))
+        if strategy in ("random", "kde") and not random_sizes:
+            random_sizes = random_pool_sizes(spec.sampling, pool, excluded, bm25_count)
         candidates = candidate_table(
             strategy, pool, excluded, spec.sampling, spec.seed,
-            n_random=n_random, semantic_model=semantic_model, resources=spec.labeling,
+            n_random=random_sizes.get(strategy, 0), semantic_model=semantic_model, resources=spec.labeling,
         )
         count = candidates.num_rows
         bm25_count = count if strategy == "bm25" else bm25_count

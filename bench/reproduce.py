@@ -6,11 +6,16 @@ model, in-domain on STSb-1k, BWS cross-topic, BWS in-topic and MRPC, and transfe
     .venv/bin/python bench/reproduce.py --only stsb_1k --seeds 42 43 44
     python bench/reproduce.py --gpu --seeds 42 --cpus 5     # on a GPU machine: fits, labeling, evaluation there
     .venv/bin/python bench/reproduce.py --collect      # tabulate the finished runs only (e.g. copied from elsewhere)
+    .venv/bin/python bench/reproduce.py --only bws_in_topic --seeds 43 --part kde   # one seed in two shorter runs
 
 Each (experiment, seed) is one `augsbert run` of a job spec in jobs/, with `seed` set (it drives the splits,
 train_limit subsets, sampling and training). Runs land in --runs; on a rerun a finished run (its metrics.json)
 is reused and an unfinished one is resumed (`augsbert run --resume`: its finished fits are kept), so a long
 run can be stopped and continued. Writes docs/RESULTS.md and bench/results/reproduce.json.
+
+--part splits an in-domain seed into two runs that are each short enough for a machine that cannot keep a run
+across sessions (see PARTS). Both draw the splits, the cross-encoder and the pools that a whole run draws (BM25
+sizes the KDE pool even when it is not run), and a seed whose two parts have finished is tabulated as one run.
 """
 
 from __future__ import annotations
@@ -58,15 +63,19 @@ QUICK_TARGET = ["target.data.train_limit=300", "target.data.eval_limit=200"]
 # --gpu: every fit, labeling actor and evaluation on the (one) GPU; tuning trials share it.
 GPU = ["training.use_gpu=true", "labeling.gpus_per_actor=0.25", "evaluation.gpus=0.25"]
 GPU_TUNING = ["tuning.gpus_per_trial=0.2"]
+# An in-domain seed as two runs: KDE's fit alone is as long as the four other fits together (its pool is 10x
+# BM25's). The KDE part gives the KDE row only, so it trains SBERT once, without the seed search.
+PARTS = {"rest": ["sampling.strategies=[bm25,random,semantic,bm25+semantic]"], "kde": ["sampling.strategies=[kde]"]}
+PART_ROWS = {"kde": ["augsbert_kde"]}  # rows taken from a part other than "rest"
 
 
-def overrides_for(name: str, quick: bool, gpu: bool) -> list[str]:
+def overrides_for(name: str, quick: bool, gpu: bool, part: str | None = None) -> list[str]:
     extra = EXPERIMENTS[name][1]
     transfer = name in TRANSFER
     if quick:
         return [*extra, *QUICK, *(QUICK_TARGET if transfer else []), *(GPU if gpu else [])]
-    tuning = [] if transfer else [*SEED_OPTIMIZED_SBERT, *(GPU_TUNING if gpu else [])]
-    return [*extra, *tuning, *(GPU if gpu else [])]
+    tuning = [] if transfer or part == "kde" else [*SEED_OPTIMIZED_SBERT, *(GPU_TUNING if gpu else [])]
+    return [*extra, *tuning, *PARTS.get(part, []), *(GPU if gpu else [])]
 
 
 def host() -> dict[str, str | int]:
@@ -77,25 +86,70 @@ def host() -> dict[str, str | int]:
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none", "torch": torch.__version__}
 
 
-def run_one(name: str, seed: int, args: argparse.Namespace, runs: Path) -> tuple[dict, dict, dict] | None:
-    """One experiment at one seed: reuse the finished run when there is one. Returns metrics, spec and host
-    (None for a run that has not finished, with --collect)."""
-    job = EXPERIMENTS[name][0]
-    run_name = f"{name}-{'quick' if args.quick else 'full'}-seed{seed}"
+def finished_run(runs: Path, run_name: str) -> Path | None:
     finished = sorted(runs.glob(f"{run_name}-*/metrics.json"))
-    if finished:
-        run_dir = finished[-1].parent
-    elif args.collect:
-        return None
-    else:
-        overrides = [*overrides_for(name, args.quick, args.gpu), *args.set, f"seed={seed}", f"output_dir={runs}", f"name={run_name}"]
-        unfinished = sorted(path.parent for path in runs.glob(f"{run_name}-*/spec.yaml"))  # stopped runs: continue the latest
-        spec = load_spec(ROOT / job, overrides)
-        run_dir = run_job(spec, data_dir=args.data_dir, resume=unfinished[-1] if unfinished else None)
-        (run_dir / "host.json").write_text(json.dumps(host()), encoding="utf-8")
+    return finished[-1].parent if finished else None
+
+
+def base_name(name: str, seed: int, args: argparse.Namespace) -> str:
+    return f"{name}-{'quick' if args.quick else 'full'}-seed{seed}"
+
+
+def run_one(name: str, seed: int, args: argparse.Namespace, runs: Path) -> None:
+    """One experiment at one seed (or one --part of it), unless it has finished; a stopped run is resumed."""
+    base = base_name(name, seed, args)
+    run_name = f"{base}_{args.part}" if args.part else base
+    if finished_run(runs, base) or finished_run(runs, run_name):
+        return
+    job = EXPERIMENTS[name][0]
+    overrides = [*overrides_for(name, args.quick, args.gpu, args.part), *args.set, f"seed={seed}", f"output_dir={runs}",
+                 f"name={run_name}"]
+    unfinished = sorted(path.parent for path in runs.glob(f"{run_name}-*/spec.yaml"))  # stopped runs: continue the latest
+    spec = load_spec(ROOT / job, overrides)
+    run_dir = run_job(spec, data_dir=args.data_dir, resume=unfinished[-1] if unfinished else None)
+    (run_dir / "host.json").write_text(json.dumps(host()), encoding="utf-8")
+
+
+def read_run(run_dir: Path) -> tuple[dict, dict, dict]:
     host_file = run_dir / "host.json"  # absent for runs made before it was recorded
     return (json.loads((run_dir / "metrics.json").read_text()), yaml.safe_load((run_dir / "spec.yaml").read_text()),
             json.loads(host_file.read_text()) if host_file.exists() else {})
+
+
+def merge_parts(parts: dict[str, tuple[dict, dict, dict]]) -> tuple[dict, dict, dict]:
+    """One seed's runs made as PARTS, as if one run: each part's rows (PART_ROWS, the rest from "rest"), the
+    strategies of both, and their wall times added. Records how far the models both parts fit disagree on test
+    (the same seed makes the same splits and teacher; a nonzero gap is nondeterminism of the fits)."""
+    metrics, spec, where = parts["rest"]
+    metrics = {**metrics, "test": dict(metrics["test"]), "details": dict(metrics["details"]), "parts": {}}
+    spec = {**spec, "sampling": {**spec["sampling"], "strategies": []}}
+    for part, (part_metrics, part_spec, _) in parts.items():
+        spec["sampling"]["strategies"] += part_spec["sampling"]["strategies"]
+        for row in PART_ROWS.get(part, []):
+            metrics["test"][row] = part_metrics["test"][row]
+            metrics["details"][row] = part_metrics["details"][row]
+        if part != "rest":
+            shared = [row for row in ("jaccard", "zero_shot", "cross_encoder") if row in part_metrics["test"]]
+            gaps = {row: round(abs(part_metrics["test"][row] - metrics["test"][row]), 4) for row in shared}
+            metrics["parts"][part] = {"seconds": run_seconds(part_metrics), "test_gap_of_shared_rows": gaps}
+    return metrics, spec, where
+
+
+def run_seconds(metrics: dict) -> float:
+    """A run's compute: its last attempt, the fits it reused from earlier attempts, and its other parts'."""
+    return (metrics.get("wall_seconds", {}).get("total", 0.0) + sum(metrics.get("reused_fits", {}).values())
+            + sum(part["seconds"] for part in metrics.get("parts", {}).values()))
+
+
+def seed_result(name: str, seed: int, args: argparse.Namespace, runs: Path) -> tuple[dict, dict, dict] | None:
+    """The finished run of one experiment at one seed (or its finished parts, merged); None if there is none."""
+    base = base_name(name, seed, args)
+    if whole := finished_run(runs, base):
+        return read_run(whole)
+    parts = {part: finished_run(runs, f"{base}_{part}") for part in PARTS}
+    if all(parts.values()):
+        return merge_parts({part: read_run(run_dir) for part, run_dir in parts.items()})
+    return None
 
 
 def summarize(scores: list[float]) -> dict[str, float | int]:
@@ -164,6 +218,8 @@ def write_results(path: Path, results: dict, specs: dict, runs: dict, args: argp
         f"Runs: {sum(len(r['seconds']) for r in runs.values())}, seeds {args.seeds}; their wall times add up to "
         f"{sum(sum(r['seconds']) for r in runs.values()) / 60:.1f} min. They ran on: {describe_hosts([h for r in runs.values() for h in r['hosts']])}.  ",
         "Seeds per experiment: " + "; ".join(f"{e} {', '.join(map(str, r['seeds'])) or 'none'}" for e, r in runs.items()) + ".  ",
+        *([f"Seeds made as two runs (`--part`, see bench/reproduce.py): {'; '.join(parts)}.  "]
+          if (parts := [p for r in runs.values() for p in r["parts"]]) else []),
         "Backbone of every model: all-MiniLM-L6-v2 (the packaged `minilm`), not the paper's bert-base. Scores x100 on "
         "the test split, mean ± std over seeds; each seed is a whole run (splits, subsets, sampling, training)."
         + ("" if args.quick else " In-domain, SBERT is seed-optimized: 5 seeds, all but the best culled at 20% of the "
@@ -204,12 +260,15 @@ def main() -> int:
     parser.add_argument("--data-dir", help="named datasets' directory (default: as for augsbert run)")
     parser.add_argument("--cpus", type=int, help="CPUs for the embedded Ray (default: all)")
     parser.add_argument("--gpu", action="store_true", help="fits, labeling and evaluation on the GPU: see GPU in this file")
+    parser.add_argument("--part", choices=list(PARTS), help="run only this part of each in-domain seed: see PARTS in this file")
     parser.add_argument("--collect", action="store_true", help="run nothing: tabulate the finished runs in --runs")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more overrides for every run's spec")
     parser.add_argument("--results", default=str(ROOT / "docs" / "RESULTS.md"), help="markdown output (default: %(default)s)")
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "reproduce.json"), help="JSON output (default: %(default)s)")
     args = parser.parse_args()
     args.seeds = args.seeds or ([42] if args.quick else [42, 43, 44])
+    if args.part and (args.quick or set(args.only or EXPERIMENTS) & set(TRANSFER)):
+        parser.error("--part splits the full in-domain experiments only: give --only with in-domain ones, without --quick")
     setup_logging()
     if not args.collect:
         ray.init(num_cpus=args.cpus, include_dashboard=False,
@@ -223,15 +282,20 @@ def main() -> int:
     for experiment in args.only or list(EXPERIMENTS):
         scores: dict[str, list[float]] = {}
         auc05: dict[str, list[float]] = {}  # classification: AUC up to 5% false positives, x100, beside F1
-        info = run_info.setdefault(experiment, {"seconds": [], "hosts": [], "seeds": []})
+        info = run_info.setdefault(experiment, {"seconds": [], "hosts": [], "seeds": [], "parts": []})
         for seed in args.seeds:
-            if (finished := run_one(experiment, seed, args, runs)) is None:
+            if not args.collect:
+                run_one(experiment, seed, args, runs)
+            if (finished := seed_result(experiment, seed, args, runs)) is None:
                 continue
             metrics, spec, where = finished
+            if "parts" in metrics:
+                info["parts"].append(f"{experiment} seed {seed}: " + "; ".join(
+                    f"{part} part, test gaps to the rest part: " + ", ".join(f"{row} {gap:.4f}" for row, gap in gaps["test_gap_of_shared_rows"].items())
+                    for part, gaps in metrics["parts"].items()))
             specs.setdefault(experiment, spec)
             info["seeds"].append(seed)
-            # a resumed run: its last attempt, plus the fits it reused from earlier ones
-            info["seconds"].append(metrics.get("wall_seconds", {}).get("total", 0.0) + sum(metrics.get("reused_fits", {}).values()))
+            info["seconds"].append(run_seconds(metrics))
             info["hosts"].append(where)
             for row, value in metrics["test"].items():
                 scores.setdefault(row, []).append(value)

@@ -67,6 +67,20 @@ def test_semantic_candidate_invariants(ray_session, gold, tiny_model, strategy: 
         assert candidate_table(strategy, pool, excluded, SamplingSpec(top_k=2), seed=5, **kwargs).equals(table)
 
 
+def test_random_pools_are_sized_by_bm25_whether_or_not_it_runs(gold) -> None:
+    from augsbert_ray.pipeline import random_pool_sizes
+
+    pool = SentencePool.from_pairs(gold.train)
+    excluded = pool.gold_codes([gold.train, gold.dev, gold.test])
+    sampling = SamplingSpec(strategies=["kde"])
+    bm25_count = candidate_table("bm25", pool, excluded, sampling, seed=5).num_rows
+    # a run without BM25 (None) draws the pools that a run with it draws: as many random pairs, 10x for KDE
+    assert random_pool_sizes(sampling, pool, excluded, None) == random_pool_sizes(sampling, pool, excluded, bm25_count)
+    assert random_pool_sizes(sampling, pool, excluded, None) == {"random": bm25_count, "kde": 10 * bm25_count}
+    asked = SamplingSpec(random_pairs=700, kde_pool=900)
+    assert random_pool_sizes(asked, pool, excluded, None) == {"random": 700, "kde": 900}
+
+
 def test_bm25_keeps_top_k_per_query() -> None:
     sentences = [f"apple banana {w}" for w in ("cherry", "date", "elder", "fig", "grape")] + ["zebra only", "zebra too"]
     pool = SentencePool(sentences)

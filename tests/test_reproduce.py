@@ -1,0 +1,60 @@
+"""bench/reproduce.py tabulates a seed made as two --part runs as one run."""
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_reproduce():
+    spec = importlib.util.spec_from_file_location("reproduce", ROOT / "bench" / "reproduce.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_run(run_dir: Path, strategies: list[str], test: dict[str, float], seconds: float) -> None:
+    run_dir.mkdir(parents=True)
+    (run_dir / "spec.yaml").write_text(yaml.safe_dump({"seed": 43, "sampling": {"strategies": strategies}}))
+    metrics = {"test": test, "details": {row: {"test": value} for row, value in test.items()},
+               "wall_seconds": {"total": seconds}, "reused_fits": {"cross_encoder": 5.0}}
+    (run_dir / "metrics.json").write_text(json.dumps(metrics))
+
+
+def test_a_seed_made_as_two_parts_is_merged_into_one_run(tmp_path: Path) -> None:
+    reproduce = load_reproduce()
+    args = argparse.Namespace(quick=False)
+    shared = {"jaccard": 40.0, "zero_shot": 45.0, "cross_encoder": 52.0}
+    write_run(tmp_path / "bws_in_topic-full-seed43_rest-20261123-190000", ["bm25", "random", "semantic", "bm25+semantic"],
+              {**shared, "sbert": 60.0, "augsbert_bm25": 62.0, "augsbert_rs": 61.0, "augsbert_ss": 61.5, "augsbert_bm25_ss": 61.7}, 100.0)
+    assert reproduce.seed_result("bws_in_topic", 43, args, tmp_path) is None  # one part alone is not a result
+    write_run(tmp_path / "bws_in_topic-full-seed43_kde-20261123-210000", ["kde"],
+              {**shared, "cross_encoder": 52.5, "sbert": 59.0, "augsbert_kde": 58.0}, 200.0)
+
+    metrics, spec, _ = reproduce.seed_result("bws_in_topic", 43, args, tmp_path)
+    assert set(metrics["test"]) == {*shared, "sbert", "augsbert_bm25", "augsbert_rs", "augsbert_ss", "augsbert_bm25_ss", "augsbert_kde"}
+    assert metrics["test"]["augsbert_kde"] == 58.0 and metrics["details"]["augsbert_kde"] == {"test": 58.0}
+    assert metrics["test"]["sbert"] == 60.0 and metrics["test"]["cross_encoder"] == 52.0  # shared rows: the rest part's
+    assert metrics["parts"]["kde"]["test_gap_of_shared_rows"] == {"jaccard": 0.0, "zero_shot": 0.0, "cross_encoder": 0.5}
+    assert reproduce.run_seconds(metrics) == 100.0 + 5.0 + 200.0 + 5.0
+    assert sorted(spec["sampling"]["strategies"]) == ["bm25", "bm25+semantic", "kde", "random", "semantic"]
+
+    # a whole run of the seed wins over its parts
+    write_run(tmp_path / "bws_in_topic-full-seed43-20261123-230000", ["bm25"], {**shared, "sbert": 1.0}, 10.0)
+    assert reproduce.seed_result("bws_in_topic", 43, args, tmp_path)[0]["test"]["sbert"] == 1.0
+
+
+def test_parts_run_the_strategies_a_whole_run_runs() -> None:
+    reproduce = load_reproduce()
+    from augsbert_ray.config import load_spec
+
+    for name in ("bws_cross_topic", "bws_in_topic", "mrpc"):
+        job = ROOT / reproduce.EXPERIMENTS[name][0]
+        whole = load_spec(job, reproduce.overrides_for(name, quick=False, gpu=False)).sampling.strategies
+        parts = [load_spec(job, reproduce.overrides_for(name, quick=False, gpu=False, part=part)) for part in reproduce.PARTS]
+        assert sorted(s for part in parts for s in part.sampling.strategies) == sorted(whole)
+        assert [part.tuning is not None for part in parts] == [True, False]  # SBERT: seed-optimized in the rest part only
