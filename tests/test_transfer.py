@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from augsbert_ray.cli import main
-from augsbert_ray.config import BiEncoderSpec, DataSpec, SpecError, TrainingSpec, load_spec
+from augsbert_ray.config import BiEncoderSpec, CrossEncoderSpec, DataSpec, SpecError, TrainingSpec, load_spec
 from augsbert_ray.data import load_gold
 from augsbert_ray.data.splits import BWS_CROSS_TOPIC
 from augsbert_ray.sampling import given_pairs
@@ -144,3 +144,23 @@ def test_flipped_silver_labels_change_the_trained_model(ray_session, tiny_model:
     same = all(np.array_equal(weights["silver"][key], weights["again"][key]) for key in weights["silver"])
     moved = max(float(np.abs(weights["silver"][key] - weights["flipped"][key]).max()) for key in weights["silver"])
     assert same and moved > 1e-4
+
+
+def test_a_cross_encoder_fit_is_reproduced_by_its_seed(ray_session, tiny_model: Path, data_dir: Path, tmp_path: Path) -> None:
+    """The new classification head is seeded too, so two fits with one seed make the same teacher (as the two
+    runs of a seed made in parts by bench/reproduce.py --part need), and another seed another one."""
+    from safetensors.numpy import load_file
+
+    from augsbert_ray.training import fit_cross_encoder
+
+    gold = load_gold(DataSpec(train_limit=32), seed=0, data_dir=data_dir)
+    path = tmp_path / "gold.parquet"
+    pq.write_table(gold.train, path)
+    weights = {}
+    for name, seed in (("first", 1), ("again", 1), ("other", 2)):
+        model_dir = tmp_path / "models" / name
+        fit_cross_encoder(CrossEncoderSpec(model=str(tiny_model), epochs=1, batch_size=16), str(tiny_model), "regression",
+                          [(str(path), "label")], TrainingSpec(cpus_per_worker=1), seed, tmp_path / "ray_train" / name, model_dir)
+        weights[name] = load_file(str(model_dir / "model.safetensors"))
+    assert all(np.array_equal(weights["first"][key], weights["again"][key]) for key in weights["first"])
+    assert any(not np.array_equal(weights["first"][key], weights["other"][key]) for key in weights["first"])

@@ -135,7 +135,12 @@ def report_final_model(model: Any, metrics: dict[str, Any]) -> None:
 
 
 def worker_setup(config: dict[str, Any]) -> None:
+    from transformers import set_seed
+
     configure_torch_threads(config["threads"])
+    # before the model is built: a cross-encoder's new classification head is initialized from the global RNG,
+    # which the trainer seeds only after that
+    set_seed(config["seed"])
 
 
 def fit_on_ray(
