@@ -63,7 +63,7 @@ QUICK_TARGET = ["target.data.train_limit=300", "target.data.eval_limit=200"]
 # --gpu: every fit, labeling actor and evaluation on the (one) GPU; tuning trials share it.
 GPU = ["training.use_gpu=true", "labeling.gpus_per_actor=0.25", "evaluation.gpus=0.25"]
 GPU_TUNING = ["tuning.gpus_per_trial=0.2"]
-# An in-domain seed as two runs: KDE's fit alone is as long as the four other fits together (its pool is 10x
+# An in-domain seed as two runs: on BWS, KDE's fit alone is longer than the four other fits together (its pool is 10x
 # BM25's). The KDE part gives the KDE row only, so it trains SBERT once, without the seed search.
 PARTS = {"rest": ["sampling.strategies=[bm25,random,semantic,bm25+semantic]"], "kde": ["sampling.strategies=[kde]"]}
 PART_ROWS = {"kde": ["augsbert_kde"]}  # rows taken from a part other than "rest"
