@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from augsbert_ray.config import RESUME_SETTABLE_TRAINING, SpecError
+from augsbert_ray.config import RESUME_SETTABLE, SpecError
 
 EPILOG = """\
 Named datasets (stsb, mrpc, bws) are read from --data-dir, else $AUGSBERT_DATA_DIR,
@@ -24,11 +24,11 @@ def _run(args: argparse.Namespace) -> int:
     address = [f"ray.address={args.address}"] if args.address else []
     resume = Path(args.resume) if args.resume else None
     if resume is not None:
-        settable = [f"training.{key}" for key in RESUME_SETTABLE_TRAINING]
+        settable = [f"{section}.{key}" for section, keys in RESUME_SETTABLE.items() for key in keys]
         if args.job or any(override.partition("=")[0].strip() not in settable for override in overrides):
             raise SpecError(
                 "--resume continues a run with the spec saved in its spec.yaml: give no job spec, "
-                f"and --set only {' or '.join(settable)}"
+                f"and --set only {', '.join(settable)}"
             )
         spec = load_run_spec(resume, overrides + address)
     elif args.job:
@@ -212,8 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue an unfinished run (one stopped or killed) in its directory, with its spec.yaml: the fits it "
         "finished (progress.json) are reused, gold and candidates are made again from the same seed, and labeling "
         "skips the shards already written. A fit that did not finish starts over, or, when the run saves training "
-        "states (training.checkpoint_every), goes on from the last one. Only --address, --data-dir and "
-        "--set training.checkpoint_every / training.max_failures may change.",
+        "states (training.checkpoint_every), goes on from the last one. Only --address, --data-dir, "
+        "--set training.checkpoint_every / training.max_failures and the resources of labeling actors, evaluation "
+        "and tuning trials (e.g. labeling.cpus_per_actor) may change.",
     )
     run.set_defaults(handler=_run)
 

@@ -204,8 +204,14 @@ class TrainingSpec(_Strict):
     )
 
 
-# Training settings that only say how a fit survives failures: a resumed run may change them (--resume --set).
-RESUME_SETTABLE_TRAINING = ("checkpoint_every", "max_failures")
+# Settings that say only how a fit survives failures or what resources work gets, not what a run computes:
+# a resumed run may change them (--resume --set, or a job spec edited since the first attempt).
+RESUME_SETTABLE: dict[str, tuple[str, ...]] = {
+    "training": ("checkpoint_every", "max_failures"),
+    "labeling": ("min_actors", "max_actors", "cpus_per_actor", "gpus_per_actor", "threads_per_actor"),
+    "evaluation": ("cpus", "gpus"),
+    "tuning": ("cpus_per_trial", "gpus_per_trial", "max_concurrent_trials"),
+}
 
 
 class EvaluationSpec(_Strict):

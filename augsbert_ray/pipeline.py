@@ -22,7 +22,7 @@ import ray.data
 from ray.data.expressions import col
 
 from augsbert_ray.config import (
-    RESUME_SETTABLE_TRAINING, DataSpec, JobSpec, SamplingSpec, SpecError, bi_encoder_name, dump_spec, load_spec,
+    RESUME_SETTABLE, DataSpec, JobSpec, SamplingSpec, SpecError, bi_encoder_name, dump_spec, load_spec,
 )
 from augsbert_ray.data import GoldData, check_reject_fraction, load_gold, read_sentences, write_rejects
 from augsbert_ray.evaluation import Evaluation, evaluate_on_ray
@@ -288,9 +288,10 @@ def load_run_spec(run_dir: Path, overrides: list[str] | None = None) -> JobSpec:
 
 
 def comparable_spec(spec: JobSpec) -> dict[str, Any]:
-    """The fields a resumed run must share with its first attempt: all but where Ray runs and how fits
-    survive failures, which do not change what the run computes."""
-    return spec.model_dump(mode="json", exclude={"ray": True, "training": set(RESUME_SETTABLE_TRAINING)})
+    """The fields a resumed run must share with its first attempt: all but where Ray runs, how fits survive
+    failures and what resources work gets, which do not change what the run computes."""
+    settable = {section: set(keys) for section, keys in RESUME_SETTABLE.items()}
+    return spec.model_dump(mode="json", exclude={"ray": True, **settable})
 
 
 def resumed_state(spec: JobSpec, run_dir: Path) -> RunState:

@@ -5,6 +5,8 @@ import pyarrow.parquet as pq
 import yaml
 
 from augsbert_ray.cli import main
+from augsbert_ray.config import JobSpec
+from augsbert_ray.pipeline import comparable_spec
 
 STRATEGIES = {"bm25": "augsbert_bm25", "random": "augsbert_rs", "kde": "augsbert_kde", "semantic": "augsbert_ss"}
 MODELS = ("cross_encoder", "sbert", *STRATEGIES.values(), "zero_shot", "jaccard")
@@ -73,8 +75,9 @@ def test_whole_run_on_a_tiny_model(ray_session, tiny_model: Path, data_dir: Path
     (run_dir / "metrics.json").unlink()
     modified = {name: (run_dir / "models" / name / "model.safetensors").stat().st_mtime_ns for name in ("cross_encoder", "augsbert_kde")}
     assert main(["run", str(run_dir / "spec.yaml"), "--resume", str(run_dir)]) == 2  # the spec comes from the run
-    # training states may be switched on for the rest of the run: they do not change what it computes
-    assert main(["run", "--resume", str(run_dir), "--data-dir", str(data_dir), "--set", "training.checkpoint_every=20"]) == 0
+    # training states and resources may change for the rest of the run: they do not change what it computes
+    resume_settings = ["training.checkpoint_every=20", "labeling.threads_per_actor=1"]
+    assert main(["run", "--resume", str(run_dir), "--data-dir", str(data_dir), *(f"--set={s}" for s in resume_settings)]) == 0
     assert list(tmp_path.glob("tiny-*")) == [run_dir]
     resumed = json.loads((run_dir / "metrics.json").read_text())
     assert set(resumed["reused_fits"]) == {"cross_encoder", "sbert", "augsbert_bm25", "augsbert_rs"}
@@ -88,3 +91,11 @@ def test_whole_run_on_a_tiny_model(ray_session, tiny_model: Path, data_dir: Path
     assert resumed["test"]["cross_encoder"] == metrics["test"]["cross_encoder"]
     assert main(["run", "--resume", str(run_dir)]) == 2  # finished now
     assert "has finished" in capsys.readouterr().err
+
+
+def test_a_resumed_run_may_change_resources_but_not_what_it_computes() -> None:
+    first = JobSpec()
+    more_resources = JobSpec.model_validate({"labeling": {"cpus_per_actor": 2, "max_actors": 4}, "evaluation": {"cpus": 2}})
+    assert comparable_spec(more_resources) == comparable_spec(first)
+    for changed in ({"labeling": {"precision": "bf16"}}, {"labeling": {"shard_rows": 10}}, {"training": {"num_workers": 2}}):
+        assert comparable_spec(JobSpec.model_validate(changed)) != comparable_spec(first), changed
