@@ -30,7 +30,7 @@ from augsbert_ray.labeling import LabelJob, label_table
 from augsbert_ray.models import model_fingerprint, resolve_model
 from augsbert_ray.report import plot_score_densities, write_report
 from augsbert_ray.runtime import init_ray, log
-from augsbert_ray.sampling import SentencePool, available_pairs, candidate_table, given_pairs, sample_bm25
+from augsbert_ray.sampling import Neighbours, SentencePool, available_pairs, candidate_table, given_pairs, sample_bm25
 from augsbert_ray.selection import score_histogram, select, silver_diagnostics
 from augsbert_ray.training import fit_bi_encoder, fit_cross_encoder
 from augsbert_ray.training.ray_fit import TrainFile
@@ -196,12 +196,13 @@ def make_silver(
     histograms: dict[str, np.ndarray] = {}
     bm25_count: int | None = None
     random_sizes: dict[str, int] = {}
+    found: dict[str, Neighbours] = {}  # searched once: bm25+semantic unites the bm25 and semantic neighbours
     for strategy in sorted(spec.sampling.strategies, key=STRATEGY_ORDER.index):
         if strategy in ("random", "kde") and not random_sizes:
             random_sizes = random_pool_sizes(spec.sampling, pool, excluded, bm25_count)
         candidates = candidate_table(
             strategy, pool, excluded, spec.sampling, spec.seed,
-            n_random=random_sizes.get(strategy, 0), semantic_model=semantic_model, resources=spec.labeling,
+            n_random=random_sizes.get(strategy, 0), semantic_model=semantic_model, resources=spec.labeling, found=found,
         )
         count = candidates.num_rows
         bm25_count = count if strategy == "bm25" else bm25_count

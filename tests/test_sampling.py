@@ -2,6 +2,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+import augsbert_ray.sampling as sampling_module
 from augsbert_ray.config import DataSpec, LabelingSpec, SamplingSpec
 from augsbert_ray.data import load_gold
 from augsbert_ray.sampling import SentencePool, candidate_table
@@ -52,7 +53,7 @@ def test_candidate_invariants(gold, strategy: str) -> None:
 
 
 @pytest.mark.parametrize("strategy", ["semantic", "bm25+semantic"])
-def test_semantic_candidate_invariants(ray_session, gold, tiny_model, strategy: str) -> None:
+def test_semantic_candidate_invariants(ray_session, gold, tiny_model, strategy: str, monkeypatch) -> None:
     pool = SentencePool.from_pairs(gold.train)
     excluded = pool.gold_codes([gold.train, gold.dev, gold.test])
     kwargs = {"semantic_model": str(tiny_model), "resources": LabelingSpec()}
@@ -60,9 +61,14 @@ def test_semantic_candidate_invariants(ray_session, gold, tiny_model, strategy: 
     pairs = check_invariants(table, gold, strategy)
     assert table.num_rows <= 2 * len(pool) * (2 if strategy == "bm25+semantic" else 1)
     if strategy == "bm25+semantic":
-        bm25 = set(pair_set(candidate_table("bm25", pool, excluded, SamplingSpec(top_k=2), seed=5)))
-        semantic = set(pair_set(candidate_table("semantic", pool, excluded, SamplingSpec(top_k=2), seed=5, **kwargs)))
+        found: dict = {}
+        bm25 = set(pair_set(candidate_table("bm25", pool, excluded, SamplingSpec(top_k=2), seed=5, found=found)))
+        semantic = set(pair_set(candidate_table("semantic", pool, excluded, SamplingSpec(top_k=2), seed=5, found=found, **kwargs)))
         assert set(pairs) == bm25 | semantic
+        # given the neighbours that bm25 and semantic found, the union searches neither again
+        for search in ("sample_bm25", "sample_semantic"):
+            monkeypatch.setattr(sampling_module, search, lambda *args, name=search: pytest.fail(f"{name} ran again"))
+        assert candidate_table(strategy, pool, excluded, SamplingSpec(top_k=2), seed=5, found=found, **kwargs).equals(table)
     else:
         assert candidate_table(strategy, pool, excluded, SamplingSpec(top_k=2), seed=5, **kwargs).equals(table)
 

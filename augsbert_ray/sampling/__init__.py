@@ -13,6 +13,9 @@ from augsbert_ray.sampling.random_pairs import available_pairs, sample_random
 from augsbert_ray.sampling.semantic import sample_semantic
 
 
+Neighbours = tuple[np.ndarray, np.ndarray]  # pair codes and their retrieval scores
+
+
 def candidate_table(
     strategy: Strategy,
     pool: SentencePool,
@@ -23,24 +26,32 @@ def candidate_table(
     n_random: int = 0,
     semantic_model: str | None = None,
     resources: LabelingSpec | None = None,
+    found: dict[str, Neighbours] | None = None,
 ) -> pa.Table:
     """Candidates of one strategy. ``n_random`` sizes random and KDE pools; semantic search needs a
-    bi-encoder and the actor resources to embed with."""
+    bi-encoder and the actor resources to embed with. ``found`` keeps the BM25 and semantic neighbours of
+    this pool between calls, so that bm25+semantic unites those already searched instead of searching again."""
+    found = {} if found is None else found
+
+    def neighbours(kind: str) -> Neighbours:
+        if kind not in found:
+            if kind == "bm25":
+                found[kind] = sample_bm25(pool, spec.top_k, excluded, spec.bm25_shard_size, spec.search_cpus)
+            elif semantic_model is None or resources is None:
+                raise ValueError(f"strategy {strategy!r} needs a semantic_model and resources")
+            else:
+                found[kind] = sample_semantic(pool, semantic_model, excluded, spec, resources)
+        return found[kind]
+
     if strategy in ("random", "kde"):
         return pool.candidates(sample_random(pool, n_random, excluded, seed), strategy)
-    if strategy == "bm25":
-        codes, scores = sample_bm25(pool, spec.top_k, excluded, spec.bm25_shard_size, spec.search_cpus)
+    if strategy in ("bm25", "semantic"):
+        codes, scores = neighbours(strategy)
         return pool.candidates(codes, strategy, scores)
-    if semantic_model is None or resources is None:
-        raise ValueError(f"strategy {strategy!r} needs a semantic_model and resources")
-    semantic_codes, semantic_scores = sample_semantic(pool, semantic_model, excluded, spec, resources)
-    if strategy == "semantic":
-        return pool.candidates(semantic_codes, strategy, semantic_scores)
     if strategy == "bm25+semantic":
         # BM25 and cosine scores are not comparable, so the union carries no retrieval score
-        bm25_codes, _ = sample_bm25(pool, spec.top_k, excluded, spec.bm25_shard_size, spec.search_cpus)
-        return pool.candidates(np.union1d(bm25_codes, semantic_codes), strategy)
+        return pool.candidates(np.union1d(neighbours("bm25")[0], neighbours("semantic")[0]), strategy)
     raise ValueError(f"unknown sampling strategy {strategy!r}")
 
 
-__all__ = ["SentencePool", "available_pairs", "candidate_table", "given_pairs", "sample_bm25", "sample_random", "sample_semantic"]
+__all__ = ["Neighbours", "SentencePool", "available_pairs", "candidate_table", "given_pairs", "sample_bm25", "sample_random", "sample_semantic"]
