@@ -309,6 +309,9 @@ def main() -> int:
         Path(args.json).write_text(json.dumps({"quick": args.quick, **results}, indent=2), encoding="utf-8")
         write_results(Path(args.results), results, specs, run_info, args, command, seconds)
         print(f"{experiment}: " + ", ".join(f"{row} {v['mean']:.2f}±{v['std']:.2f}" for row, v in results[experiment].items()), flush=True)
+    if not results:  # e.g. one --part of a seed finished, and its other part has not run yet
+        print(f"no experiment has a finished seed in {runs} yet: {args.results} is left as it was")
+        return 0
     print(Path(args.results).read_text(encoding="utf-8").split("## Hyperparameters")[0])
     return 0
 
