@@ -194,18 +194,16 @@ def make_silver(
     state.sampling = {}
     silver_dirs: dict[str, Path] = {}
     histograms: dict[str, np.ndarray] = {}
-    bm25_count: int | None = None
     random_sizes: dict[str, int] = {}
     found: dict[str, Neighbours] = {}  # searched once: bm25+semantic unites the bm25 and semantic neighbours
     for strategy in sorted(spec.sampling.strategies, key=STRATEGY_ORDER.index):
         if strategy in ("random", "kde") and not random_sizes:
+            bm25_count = len(found["bm25"][0]) if "bm25" in found else None
             random_sizes = random_pool_sizes(spec.sampling, pool, excluded, bm25_count)
         candidates = candidate_table(
             strategy, pool, excluded, spec.sampling, spec.seed,
             n_random=random_sizes.get(strategy, 0), semantic_model=semantic_model, resources=spec.labeling, found=found,
         )
-        count = candidates.num_rows
-        bm25_count = count if strategy == "bm25" else bm25_count
         labeled_dir = label_candidates(spec, state, strategy, candidates, cross_encoder_dir)
         silver_dir = labeled_dir
         kept = ray.data.read_parquet(str(labeled_dir))
@@ -216,7 +214,7 @@ def make_silver(
             selected.write_parquet(str(silver_dir))
             kept = ray.data.read_parquet(str(silver_dir)).filter(expr=col("accepted"))
         histograms[strategy] = score_histogram(kept, spec.sampling.kde_bins)
-        state.sampling[strategy] = silver_diagnostics(gold_labels, count, histograms[strategy])
+        state.sampling[strategy] = silver_diagnostics(gold_labels, candidates.num_rows, histograms[strategy])
         state.counts["kept"][strategy] = state.sampling[strategy]["kept"]
         silver_dirs[strategy] = silver_dir
     return silver_dirs, histograms
