@@ -36,7 +36,9 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         env_vars = {name: value for name, value in env_vars.items() if name not in job_env}
         ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True)
     else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, runtime_env={"env_vars": env_vars})
+        # The dashboard also serves the State API; without it Ray Train's PlacementGroupCleaner
+        # logs "Failed to query Ray Train Controller actor state" every second of every fit.
+        ray.init(num_cpus=num_cpus, include_dashboard=True, runtime_env={"env_vars": env_vars})
     log.info("ray: %s", ray.cluster_resources())
 
 
