@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 
 import ray
 
@@ -36,10 +37,20 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         env_vars = {name: value for name, value in env_vars.items() if name not in job_env}
         ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True)
     else:
-        # The dashboard also serves the State API; without it Ray Train's PlacementGroupCleaner
-        # logs "Failed to query Ray Train Controller actor state" every second of every fit.
-        ray.init(num_cpus=num_cpus, include_dashboard=True, runtime_env={"env_vars": env_vars})
+        # Ray Train's PlacementGroupCleaner asks the State API, served by the dashboard, whether a fit's
+        # controller is alive. Without a dashboard it logs a warning every second of every fit. Unpinned,
+        # it auto-detects a cluster: with another Ray on the host it can ask the wrong one, judge the
+        # controller dead and remove a running fit's placement group (seen on 2026-11-24).
+        port = free_local_port()
+        env_vars["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{port}"
+        ray.init(num_cpus=num_cpus, include_dashboard=True, dashboard_port=port, runtime_env={"env_vars": env_vars})
     log.info("ray: %s", ray.cluster_resources())
+
+
+def free_local_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def setup_logging(verbose: bool = False) -> None:

@@ -27,8 +27,10 @@ def data_dir() -> Path:
 def ray_session(tmp_path_factory: pytest.TempPathFactory):
     import ray
 
+    from augsbert_ray.runtime import init_ray
+
     os.environ["RAY_TMPDIR"] = str(tmp_path_factory.mktemp("ray"))
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}})
+    init_ray(num_cpus=2)  # as `augsbert run` starts its embedded Ray
     yield ray
     ray.shutdown()
 

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -118,6 +119,44 @@ def test_killed_driver_resumes_from_checkpoint_in_a_new_driver(
     metrics = fit_again()  # the latest checkpoint is a final model, not a training state
     assert metrics["steps"] == 400 and metrics["resumed_from_step"] == 0
     assert len(list((storage / "ft").glob("checkpoint_*"))) == on_disk  # 16 training states saved, each deleted
+
+
+def test_a_fit_survives_another_ray_with_a_dashboard_on_the_host(ray_session, tmp_path: Path) -> None:
+    """Ray Train's placement-group cleaner asks the State API whether the fit's controller lives. Unpinned, it
+    could ask a second Ray's dashboard, find no such controller and remove the running fit's placement group."""
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    started, stop, other = tmp_path / "started", tmp_path / "stop", {}
+
+    def run_until_stopped(config: dict) -> None:  # nested, so Ray pickles it by value
+        Path(config["started"]).touch()
+        deadline = time.monotonic() + 180
+        while not Path(config["stop"]).exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def start_another_ray_during_the_fit() -> None:
+        deadline = time.monotonic() + 120
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        script = "import time, ray; ray.init(num_cpus=1, include_dashboard=True); time.sleep(10)"
+        with tempfile.TemporaryDirectory(prefix="ray", dir="/tmp") as ray_tmpdir:  # AF_UNIX paths stay short
+            env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "RAY_TMPDIR": ray_tmpdir}
+            try:
+                other["run"] = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+            finally:
+                stop.touch()
+
+    thread = threading.Thread(target=start_another_ray_during_the_fit)
+    thread.start()
+    result = TorchTrainer(
+        run_until_stopped, train_loop_config={"started": str(started), "stop": str(stop)},
+        scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": 1}),
+        run_config=RunConfig(storage_path=str(tmp_path / "ray_train"), name="long_fit"),
+    ).fit()
+    thread.join()
+    assert other["run"].returncode == 0, other["run"].stderr[-3000:]  # the other Ray came and went during the fit
+    assert result.error is None
 
 
 def test_an_unfinished_fit_keeps_its_training_state_only_when_checkpointed(tmp_path: Path) -> None:
