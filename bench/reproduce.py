@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shlex
 import statistics
@@ -35,7 +36,7 @@ import yaml
 from augsbert_ray.config import load_spec
 from augsbert_ray.pipeline import run_job
 from augsbert_ray.report import MODEL_TITLES
-from augsbert_ray.runtime import setup_logging
+from augsbert_ray.runtime import init_ray, setup_logging
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -271,8 +272,8 @@ def main() -> int:
         parser.error("--part splits the full in-domain experiments only: give --only with in-domain ones, without --quick")
     setup_logging()
     if not args.collect:
-        ray.init(num_cpus=args.cpus, include_dashboard=False,
-                 runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}})
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the packaged MiniLM: nothing to download
+        init_ray(num_cpus=args.cpus)
     command = " ".join(shlex.quote(part) for part in [".venv/bin/python", "bench/reproduce.py", *sys.argv[1:]])
     started = time.perf_counter()
     runs = Path(args.runs).resolve()
