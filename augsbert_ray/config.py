@@ -121,6 +121,17 @@ class EncoderSpec(_Strict):
 class CrossEncoderSpec(EncoderSpec):
     epochs: int = Field(4, gt=0)
     both_orders: bool = Field(True, description="Feed each gold pair as (a,b) and (b,a), as in the paper.")
+    trained: str | None = Field(
+        None, description="A cross-encoder already trained (e.g. an earlier run's models/cross_encoder): the run copies "
+        "it as its teacher and fits none."
+    )
+
+    @field_validator("trained")
+    @classmethod
+    def _trained_model_exists(cls, trained: str | None) -> str | None:
+        if trained is not None and not (Path(trained).expanduser() / "config.json").is_file():
+            raise ValueError(f"no saved cross-encoder (config.json) in {trained}")
+        return trained
 
 
 class BiEncoderSpec(EncoderSpec):

@@ -311,6 +311,8 @@ def train_cross_encoder(spec: JobSpec, state: RunState, gold: GoldData, gold_fil
     cross_encoder_dir = state.run_dir / "models" / "cross_encoder"
 
     def fit() -> dict[str, Any]:
+        if spec.cross_encoder.trained:
+            return copy_trained_cross_encoder(Path(spec.cross_encoder.trained).expanduser(), cross_encoder_dir)
         fit_cross_encoder(
             spec.cross_encoder, resolve_model(spec.cross_encoder.model), spec.task, [gold_file],
             spec.training, spec.seed, state.run_dir / "ray_train", cross_encoder_dir,
@@ -319,6 +321,16 @@ def train_cross_encoder(spec: JobSpec, state: RunState, gold: GoldData, gold_fil
 
     state.counts["trained_on"] = {"cross_encoder": fit_once(spec, state, "cross_encoder", fit)["trained_on"]}
     return cross_encoder_dir
+
+
+def copy_trained_cross_encoder(trained: Path, cross_encoder_dir: Path) -> dict[str, Any]:
+    """cross_encoder.trained: the teacher is a copy, so the run directory stays whole. When it comes from an
+    earlier run, that run's progress.json says what it was trained on."""
+    log.info("cross-encoder: copying the trained model at %s (cross_encoder.trained), no fit", trained)
+    shutil.copytree(trained, cross_encoder_dir)
+    source_progress = trained.resolve().parent.parent / PROGRESS_FILE
+    fits = json.loads(source_progress.read_text(encoding="utf-8")) if source_progress.is_file() else {}
+    return {"trained_on": fits.get("cross_encoder", {}).get("trained_on")}
 
 
 def evaluate_models(spec: JobSpec, state: RunState, bi_encoders: list[str], eval_set: GoldData) -> None:

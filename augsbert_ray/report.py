@@ -72,7 +72,7 @@ def write_report(spec: JobSpec, metrics: dict[str, Any], path: Path) -> None:
     ]
     for name in metrics["test"]:
         title = MODEL_TITLES.get(name, name)
-        lines.append(f"| {title} | {metrics['dev'][name]:.2f} | {metrics['test'][name]:.2f} | {trained_on.get(name, '')} |")
+        lines.append(f"| {title} | {metrics['dev'][name]:.2f} | {metrics['test'][name]:.2f} | {trained_on.get(name) or ''} |")
     baseline = next((name for name in ("sbert", "sbert_source") if name in metrics["test"]), None)
     if baseline:
         lines += ["", f"Silver data effect on test (AugSBERT minus {MODEL_TITLES[baseline]}):", ""]

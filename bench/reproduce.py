@@ -16,6 +16,8 @@ run can be stopped and continued. Writes docs/RESULTS.md and bench/results/repro
 --part splits an in-domain seed into two runs that are each short enough for a machine that cannot keep a run
 across sessions (see PARTS). Both draw the splits, the cross-encoder and the pools that a whole run draws (BM25
 sizes the KDE pool even when it is not run), and a seed whose two parts have finished is tabulated as one run.
+A kde part started after its rest part has finished copies that part's cross-encoder (cross_encoder.trained)
+instead of fitting the same one again.
 """
 
 from __future__ import annotations
@@ -96,6 +98,13 @@ def base_name(name: str, seed: int, args: argparse.Namespace) -> str:
     return f"{name}-{'quick' if args.quick else 'full'}-seed{seed}"
 
 
+def shared_teacher(runs: Path, base: str, part: str | None) -> list[str]:
+    """A part other than "rest" copies the finished rest part's cross-encoder: the same teacher, not fitted again."""
+    rest = finished_run(runs, f"{base}_rest") if part and part != "rest" else None
+    teacher = rest / "models" / "cross_encoder" if rest else None
+    return [f"cross_encoder.trained={teacher}"] if teacher and teacher.is_dir() else []
+
+
 def run_one(name: str, seed: int, args: argparse.Namespace, runs: Path) -> None:
     """One experiment at one seed (or one --part of it), unless it has finished; a stopped run is resumed."""
     base = base_name(name, seed, args)
@@ -106,6 +115,8 @@ def run_one(name: str, seed: int, args: argparse.Namespace, runs: Path) -> None:
     overrides = [*overrides_for(name, args.quick, args.gpu, args.part), *args.set, f"seed={seed}", f"output_dir={runs}",
                  f"name={run_name}"]
     unfinished = sorted(path.parent for path in runs.glob(f"{run_name}-*/spec.yaml"))  # stopped runs: continue the latest
+    if not unfinished:  # a stopped run resumes with the spec it started with
+        overrides += shared_teacher(runs, base, args.part)
     spec = load_spec(ROOT / job, overrides)
     run_dir = run_job(spec, data_dir=args.data_dir, resume=unfinished[-1] if unfinished else None)
     (run_dir / "host.json").write_text(json.dumps(host()), encoding="utf-8")

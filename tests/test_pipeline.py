@@ -92,6 +92,21 @@ def test_whole_run_on_a_tiny_model(ray_session, tiny_model: Path, data_dir: Path
     assert main(["run", "--resume", str(run_dir)]) == 2  # finished now
     assert "has finished" in capsys.readouterr().err
 
+    # A later run that takes this run's teacher (cross_encoder.trained) fits none and labels as this run did.
+    teacher = ["--set", f"cross_encoder.trained={run_dir / 'models' / 'cross_encoder'}", "--set", "name=tiny_teacher",
+               "--set", "sampling.strategies=[bm25]"]
+    assert main([*args, *teacher]) == 0
+    (taught_dir,) = tmp_path.glob("tiny_teacher-*")
+    assert not (taught_dir / "ray_train" / "cross_encoder").exists()
+    taught = json.loads((taught_dir / "metrics.json").read_text())
+    assert taught["counts"]["trained_on"]["cross_encoder"] == 600  # from the teacher's run
+    assert taught["test"]["cross_encoder"] == metrics["test"]["cross_encoder"]
+
+    def bm25_scores(directory: Path) -> list:
+        return sorted(pq.read_table(directory / "silver" / "bm25", columns=["sentence1", "sentence2", "score"]).to_pylist(),
+                      key=lambda row: (row["sentence1"], row["sentence2"]))
+    assert bm25_scores(taught_dir) == bm25_scores(run_dir)
+
 
 def test_a_resumed_run_may_change_resources_but_not_what_it_computes() -> None:
     first = JobSpec()

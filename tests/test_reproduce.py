@@ -58,3 +58,15 @@ def test_parts_run_the_strategies_a_whole_run_runs() -> None:
         parts = [load_spec(job, reproduce.overrides_for(name, quick=False, gpu=False, part=part)) for part in reproduce.PARTS]
         assert sorted(s for part in parts for s in part.sampling.strategies) == sorted(whole)
         assert [part.tuning is not None for part in parts] == [True, False]  # SBERT: seed-optimized in the rest part only
+
+
+def test_a_kde_part_takes_the_finished_rest_parts_teacher(tmp_path: Path) -> None:
+    reproduce = load_reproduce()
+    base = "mrpc-full-seed43"
+    assert reproduce.shared_teacher(tmp_path, base, "kde") == []  # no rest part yet: the kde part fits its own
+    rest = tmp_path / f"{base}_rest-20261124-010000"
+    write_run(rest, ["bm25"], {"sbert": 60.0}, 100.0)
+    assert reproduce.shared_teacher(tmp_path, base, "kde") == []  # finished, but its models are gone
+    (rest / "models" / "cross_encoder").mkdir(parents=True)
+    assert reproduce.shared_teacher(tmp_path, base, "kde") == [f"cross_encoder.trained={rest / 'models' / 'cross_encoder'}"]
+    assert reproduce.shared_teacher(tmp_path, base, "rest") == reproduce.shared_teacher(tmp_path, base, None) == []
