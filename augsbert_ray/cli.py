@@ -48,10 +48,10 @@ def _tune(args: argparse.Namespace) -> int:
     overrides = list(args.set or [])
     if args.address:
         overrides.append(f"ray.address={args.address}")
+    if args.cross_encoder:
+        overrides.append(f"cross_encoder.trained={args.cross_encoder}")
     spec = load_spec(args.job, overrides)
-    if args.cross_encoder and not Path(args.cross_encoder).is_dir():
-        raise SpecError(f"--cross-encoder {args.cross_encoder}: not a directory")
-    run_dir = run_tuning_job(spec, data_dir=args.data_dir, cross_encoder=args.cross_encoder)
+    run_dir = run_tuning_job(spec, data_dir=args.data_dir)
     print(f"run directory: {run_dir}")
     print((run_dir / "tuning.md").read_text(encoding="utf-8"))
     return 0
@@ -228,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_job_arguments(tune, "jobs/stsb_seed_opt.yaml (with a tuning section)", "tuning.seeds=3")
-    tune.add_argument("--cross-encoder", help="reuse this cross-encoder directory (e.g. runs/<run>/models/cross_encoder) instead of training one")
+    tune.add_argument("--cross-encoder", metavar="DIR", help="reuse this cross-encoder directory (e.g. runs/<run>/models/cross_encoder) "
+                      "instead of training one; same as --set cross_encoder.trained=DIR")
     tune.set_defaults(handler=_tune)
 
     label = commands.add_parser(

@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 
 from augsbert_ray.cli import main
@@ -145,6 +146,8 @@ def test_tune_command_searches_top_k_with_silver_made_once(
     args = ["tune", str(job), "--data-dir", str(data_dir), "--cross-encoder", str(tiny_cross_encoder)]
     assert main(args) == 0
     (run_dir,) = tmp_path.glob("tiny-tune-*")
+    assert not (run_dir / "models" / "cross_encoder").exists()  # reused, not fitted
+    assert yaml.safe_load((run_dir / "spec.yaml").read_text())["cross_encoder"]["trained"] == str(tiny_cross_encoder)
     summary = json.loads((run_dir / "tuning.json").read_text())
     result = summary["models"]["augsbert_bm25"]
     trials = result["trials"]

@@ -80,7 +80,7 @@ def chosen_rows(outcome: Outcome) -> int:
     return training_rows(chosen.train_files)
 
 
-def run_tuning_job(spec: JobSpec, data_dir: str | Path | None = None, cross_encoder: str | None = None) -> Path:
+def run_tuning_job(spec: JobSpec, data_dir: str | Path | None = None) -> Path:
     """`augsbert tune`: gold -> (cross-encoder and silver, if a tuned model needs them) -> the searches ->
     test scores of the chosen models -> tuning.md / tuning.json."""
     from augsbert_ray.evaluation import evaluate_on_ray
@@ -115,8 +115,9 @@ def run_tuning_job(spec: JobSpec, data_dir: str | Path | None = None, cross_enco
     by_k: SilverByK = {}
     if strategies:
         with state.stage("train cross-encoder, sample and label candidates", stages):
-            cross_encoder_dir = Path(cross_encoder) if cross_encoder else models_dir / "cross_encoder"
-            if not cross_encoder:
+            trained = spec.cross_encoder.trained
+            cross_encoder_dir = Path(trained).expanduser() if trained else models_dir / "cross_encoder"
+            if not trained:
                 fit_cross_encoder(spec.cross_encoder, resolve_model(spec.cross_encoder.model), spec.task, [gold_file],
                                   spec.training, spec.seed, state.run_dir / "ray_train", cross_encoder_dir)
             sbert_dir = models_dir / "sbert"
