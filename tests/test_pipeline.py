@@ -105,6 +105,7 @@ def test_whole_run_on_a_tiny_model(ray_session, tiny_model: Path, data_dir: Path
     def bm25_scores(directory: Path) -> list:
         return sorted(pq.read_table(directory / "silver" / "bm25", columns=["sentence1", "sentence2", "score"]).to_pylist(),
                       key=lambda row: (row["sentence1"], row["sentence2"]))
+
     assert bm25_scores(taught_dir) == bm25_scores(run_dir)
 
 
