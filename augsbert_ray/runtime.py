@@ -34,17 +34,34 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         # A Ray job's driver (`augsbert submit`, `ray job submit`) already carries the job's env_vars,
         # and Ray refuses a ray.init runtime env that names them again.
         job_env = json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")).get("runtime_env", {}).get("env_vars") or {}
+        gcs = cluster_gcs_address(address)
+        if gcs and "RAY_ADDRESS" not in job_env:
+            env_vars["RAY_ADDRESS"] = gcs  # workers find the State API through this cluster's GCS
         env_vars = {name: value for name, value in env_vars.items() if name not in job_env}
         ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True)
     else:
         # Ray Train's PlacementGroupCleaner asks the State API, served by the dashboard, whether a fit's
         # controller is alive. Without a dashboard it logs a warning every second of every fit. Unpinned,
         # it auto-detects a cluster: with another Ray on the host it can ask the wrong one, judge the
-        # controller dead and remove a running fit's placement group (seen on 2026-11-24).
+        # controller dead and remove a running fit's placement group (seen on 2026-11-24), or find
+        # several and fail each query.
         port = free_local_port()
         env_vars["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{port}"
         ray.init(num_cpus=num_cpus, include_dashboard=True, dashboard_port=port, runtime_env={"env_vars": env_vars})
     log.info("ray: %s", ray.cluster_resources())
+
+
+def cluster_gcs_address(address: str) -> str | None:
+    """The GCS host:port that ``address`` ('auto', $RAY_ADDRESS or host:port) joins; None for a Ray Client
+    (ray://) address, whose workers run on the cluster's hosts, or when nothing can be resolved here."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    if "://" in address:
+        return None
+    try:
+        return canonicalize_bootstrap_address(address)
+    except (ConnectionError, ValueError):
+        return None  # a Ray Client $RAY_ADDRESS, or nothing to join: ray.init says which
 
 
 def free_local_port() -> int:

@@ -211,6 +211,35 @@ def test_tiny_jobs_succeed_with_augsbert_submit_and_ray_job_submit(
     assert "run directory:" in logs.stdout
 
 
+STATE_API_PROBE = """
+import sys, ray
+from augsbert_ray.runtime import init_ray
+
+def state_api_address() -> str:  # where Ray Train's placement-group cleaner asks whether a fit's controller lives
+    from ray.dashboard.utils import get_address_for_submission_client
+    return get_address_for_submission_client(None)
+
+init_ray(sys.argv[1])
+print("state api:", ray.get(ray.remote(num_cpus=0)(state_api_address).remote()))
+"""
+
+
+def test_workers_ask_their_own_clusters_state_api_beside_another_ray(cluster: Cluster, ray_session, tmp_path: Path) -> None:
+    """This session's Ray (dashboard on) shares the host. Unpinned, a worker's auto-detection finds two Rays and
+    every State API query of Ray Train's placement-group cleaner fails; joined through init_ray, it asks its own."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(STATE_API_PROBE)
+    joined = subprocess.run([sys.executable, str(probe), cluster.gcs], cwd=REPO, env=cluster.env,
+                            capture_output=True, text=True, timeout=300)
+    assert f"state api: {cluster.dashboard}\n" in joined.stdout, joined.stderr[-3000:]
+    # A submitted job's driver joins with --address auto and finds the cluster through the job's RAY_ADDRESS.
+    runtime_env = {"env_vars": {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}}
+    submitted = subprocess.run(
+        [str(BIN / "ray"), "job", "submit", "--address", cluster.dashboard, "--runtime-env-json", json.dumps(runtime_env),
+         "--", "python", str(probe), "auto"], cwd=tmp_path, env=cluster.env, capture_output=True, text=True, timeout=300)
+    assert f"state api: {cluster.dashboard}\n" in submitted.stdout, (submitted.stdout + submitted.stderr)[-3000:]
+
+
 # --- kills mid-labeling --------------------------------------------------------------------------------------
 
 
