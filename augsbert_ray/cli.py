@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from augsbert_ray.config import RESUME_SETTABLE, SpecError
+from augsbert_ray.config import RESUME_SETTABLE, JobSpec, SpecError
 
 EPILOG = """\
 Named datasets (stsb, mrpc, bws) are read from --data-dir, else $AUGSBERT_DATA_DIR,
@@ -16,11 +16,17 @@ Models: 'minilm' (the packaged all-MiniLM-L6-v2), a local directory, or a Huggin
 """
 
 
-def _run(args: argparse.Namespace) -> int:
-    from augsbert_ray.config import load_spec
-    from augsbert_ray.pipeline import load_run_spec, run_job
+RESUME_HELP = (
+    " Only --address, --data-dir, --set training.checkpoint_every / training.max_failures and the resources of "
+    "labeling actors, evaluation and tuning trials (e.g. labeling.cpus_per_actor) may change."
+)
 
-    overrides = list(args.set or [])
+
+def job_spec(args: argparse.Namespace, overrides: list[str]) -> tuple[JobSpec, Path | None]:
+    """The job spec file with --set overrides, or with --resume RUN_DIR the spec saved in that run."""
+    from augsbert_ray.config import load_spec
+    from augsbert_ray.pipeline import load_run_spec
+
     address = [f"ray.address={args.address}"] if args.address else []
     resume = Path(args.resume) if args.resume else None
     if resume is not None:
@@ -30,11 +36,16 @@ def _run(args: argparse.Namespace) -> int:
                 "--resume continues a run with the spec saved in its spec.yaml: give no job spec, "
                 f"and --set only {', '.join(settable)}"
             )
-        spec = load_run_spec(resume, overrides + address)
-    elif args.job:
-        spec = load_spec(args.job, overrides + address)
-    else:
-        raise SpecError("give a job spec (e.g. jobs/stsb_indomain_bm25.yaml), or --resume RUN_DIR")
+        return load_run_spec(resume, overrides + address), resume
+    if args.job:
+        return load_spec(args.job, overrides + address), None
+    raise SpecError(f"give a job spec (e.g. {args.example_job}), or --resume RUN_DIR")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from augsbert_ray.pipeline import run_job
+
+    spec, resume = job_spec(args, list(args.set or []))
     run_dir = run_job(spec, data_dir=args.data_dir, resume=resume)
     print(f"run directory: {run_dir}")
     print((run_dir / "report.md").read_text(encoding="utf-8").split("## Counts")[0])
@@ -42,16 +53,15 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from augsbert_ray.config import load_spec
     from augsbert_ray.tuning.stage import run_tuning_job
 
     overrides = list(args.set or [])
-    if args.address:
-        overrides.append(f"ray.address={args.address}")
     if args.cross_encoder:
+        if args.resume:
+            raise SpecError("--cross-encoder starts a new run; a resumed run keeps the cross-encoder of its spec.yaml")
         overrides.append(f"cross_encoder.trained={args.cross_encoder}")
-    spec = load_spec(args.job, overrides)
-    run_dir = run_tuning_job(spec, data_dir=args.data_dir)
+    spec, resume = job_spec(args, overrides)
+    run_dir = run_tuning_job(spec, data_dir=args.data_dir, resume=resume)
     print(f"run directory: {run_dir}")
     print((run_dir / "tuning.md").read_text(encoding="utf-8"))
     return 0
@@ -175,9 +185,13 @@ def _logs(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_job_arguments(command: argparse.ArgumentParser, example_job: str, example_override: str, job_optional: bool = False) -> None:
-    """The arguments of every subcommand that runs a job spec on Ray."""
-    command.add_argument("job", nargs="?" if job_optional else None, help=f"job spec YAML, e.g. {example_job}")
+def add_job_arguments(command: argparse.ArgumentParser, example_job: str, example_override: str, resume_help: str | None = None) -> None:
+    """The arguments of every subcommand that runs a job spec on Ray; with ``resume_help``, --resume RUN_DIR
+    can stand in for the job spec."""
+    command.add_argument("job", nargs="?" if resume_help else None, help=f"job spec YAML, e.g. {example_job}")
+    command.set_defaults(example_job=example_job)
+    if resume_help:
+        command.add_argument("--resume", metavar="RUN_DIR", help=resume_help + RESUME_HELP)
     command.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help=f"override a spec field, e.g. {example_override} (repeatable)"
     )
@@ -206,15 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_job_arguments(run, "jobs/stsb_indomain_bm25.yaml", "data.train_limit=1000", job_optional=True)
-    run.add_argument(
-        "--resume", metavar="RUN_DIR",
-        help="continue an unfinished run (one stopped or killed) in its directory, with its spec.yaml: the fits it "
-        "finished (progress.json) are reused, gold and candidates are made again from the same seed, and labeling "
+    add_job_arguments(
+        run, "jobs/stsb_indomain_bm25.yaml", "data.train_limit=1000",
+        resume_help="continue an unfinished run (one stopped or killed) in its directory, with its spec.yaml: the fits "
+        "it finished (progress.json) are reused, gold and candidates are made again from the same seed, and labeling "
         "skips the shards already written. A fit that did not finish starts over, or, when the run saves training "
-        "states (training.checkpoint_every), goes on from the last one. Only --address, --data-dir, "
-        "--set training.checkpoint_every / training.max_failures and the resources of labeling actors, evaluation "
-        "and tuning trials (e.g. labeling.cpus_per_actor) may change.",
+        "states (training.checkpoint_every), goes on from the last one.",
     )
     run.set_defaults(handler=_run)
 
@@ -227,7 +238,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_job_arguments(tune, "jobs/stsb_seed_opt.yaml (with a tuning section)", "tuning.seeds=3")
+    add_job_arguments(
+        tune, "jobs/stsb_seed_opt.yaml", "tuning.seeds=3",
+        resume_help="continue an unfinished `augsbert tune` run in its directory, with its spec.yaml: the "
+        "cross-encoder and the searches it finished (progress.json) are reused, labeling skips the shards already "
+        "written, and a search that did not finish starts over.",
+    )
     tune.add_argument("--cross-encoder", metavar="DIR", help="reuse this cross-encoder directory (e.g. runs/<run>/models/cross_encoder) "
                       "instead of training one; same as --set cross_encoder.trained=DIR")
     tune.set_defaults(handler=_tune)

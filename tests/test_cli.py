@@ -31,6 +31,8 @@ def test_run_needs_a_job_or_a_run_to_resume(tmp_path: Path, capsys) -> None:
     (tmp_path / "spec.yaml").write_text("seed: 1\n")
     assert main(["run", "--resume", str(tmp_path), "--set", "seed=2"]) == 2
     assert "--set only training.checkpoint_every, training.max_failures, labeling.min_actors" in capsys.readouterr().err
+    assert main(["tune", "--resume", str(tmp_path), "--cross-encoder", str(tmp_path)]) == 2
+    assert "--cross-encoder starts a new run" in capsys.readouterr().err
 
 
 def test_label_command(ray_session, tiny_cross_encoder: Path, tmp_path: Path) -> None:

@@ -146,7 +146,7 @@ def test_tune_command_searches_top_k_with_silver_made_once(
     args = ["tune", str(job), "--data-dir", str(data_dir), "--cross-encoder", str(tiny_cross_encoder)]
     assert main(args) == 0
     (run_dir,) = tmp_path.glob("tiny-tune-*")
-    assert not (run_dir / "models" / "cross_encoder").exists()  # reused, not fitted
+    assert (run_dir / "models" / "cross_encoder" / "config.json").is_file() and not (run_dir / "ray_train").exists()  # copied, not fitted
     assert yaml.safe_load((run_dir / "spec.yaml").read_text())["cross_encoder"]["trained"] == str(tiny_cross_encoder)
     summary = json.loads((run_dir / "tuning.json").read_text())
     result = summary["models"]["augsbert_bm25"]
@@ -166,6 +166,20 @@ def test_tune_command_searches_top_k_with_silver_made_once(
     report = (run_dir / "tuning.md").read_text()
     assert "(chosen)" in report and "culled" in report and "dev at cull point" in report
     assert "tuning.md" not in capsys.readouterr().err
+
+    # Stopped before its report, the run resumes in place: the search and the silver are reused, nothing is fitted
+    # or labeled again, and the report is the same.
+    assert main(["tune", "--resume", str(run_dir)]) == 2 and "has finished (tuning.json exists)" in capsys.readouterr().err
+
+    def labeled_shards() -> dict[Path, int]:  # candidates are drawn again from the seed; labeled shards are kept
+        return {path: path.stat().st_mtime_ns for path in sorted(run_dir.glob("tuning_silver/*/silver/bm25/*.parquet"))}
+
+    written = labeled_shards()
+    (run_dir / "tuning.json").unlink()
+    assert main(["tune", "--resume", str(run_dir), "--data-dir", str(data_dir)]) == 0
+    resumed = json.loads((run_dir / "tuning.json").read_text())
+    assert resumed["models"] == summary["models"] and sorted(resumed["reused_fits"]) == ["augsbert_bm25", "cross_encoder"]
+    assert written and labeled_shards() == written
 
 
 def test_tune_command_needs_a_tuning_section(capsys) -> None:

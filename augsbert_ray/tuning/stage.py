@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from augsbert_ray.config import TOP_K_STRATEGIES, JobSpec, SpecError, bi_encoder_name, dump_spec
+from augsbert_ray.config import TOP_K_STRATEGIES, JobSpec, SpecError, bi_encoder_name
 from augsbert_ray.models import resolve_model
-from augsbert_ray.runtime import init_ray, log
+from augsbert_ray.runtime import log
 from augsbert_ray.training.ray_fit import TrainFile
 from augsbert_ray.tuning.report import write_tuning_report
 from augsbert_ray.tuning.search import Outcome, SearchSetup, search, training_rows
@@ -80,69 +80,56 @@ def chosen_rows(outcome: Outcome) -> int:
     return training_rows(chosen.train_files)
 
 
-def run_tuning_job(spec: JobSpec, data_dir: str | Path | None = None) -> Path:
+def run_tuning_job(spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None) -> Path:
     """`augsbert tune`: gold -> (cross-encoder and silver, if a tuned model needs them) -> the searches ->
-    test scores of the chosen models -> tuning.md / tuning.json."""
+    test scores of the chosen models -> tuning.md / tuning.json. With ``resume``, continues that unfinished
+    run as `augsbert run --resume` does: finished fits and searches are reused, an unfinished search starts over."""
     from augsbert_ray.evaluation import evaluate_on_ray
-    from augsbert_ray.pipeline import CandidateSource, RunState, make_silver, new_run_dir, read_gold, train_bi_encoder
-    from augsbert_ray.training import fit_cross_encoder
+    from augsbert_ray.pipeline import CandidateSource, make_silver, read_gold, start_run, train_bi_encoder, train_cross_encoder
 
     if spec.tuning is None:
         raise SpecError("augsbert tune needs a 'tuning' section in the job spec (e.g. tuning: {seeds: 5})")
     tuned = spec.tuned_models()
-    state = RunState(new_run_dir(spec))
-    (state.run_dir / "spec.yaml").write_text(dump_spec(spec), encoding="utf-8")
-    log.info("run directory: %s", state.run_dir)
-    init_ray(spec.ray.address, spec.ray.num_cpus)
-    models_dir = state.run_dir / "models"
     strategies = [strategy_of(spec, model) for model in tuned if model != "sbert"]
-    stages = 4 + bool(strategies)
+    # semantic search embeds with the gold-trained SBERT, as in `augsbert run`
+    needs_sbert = "sbert" in tuned or (spec.sampling.semantic_model == "gold" and any("semantic" in s for s in strategies))
+    state = start_run(spec, resume)
+    stages = 2 + needs_sbert + 3 * bool(strategies)
     started = time.perf_counter()
-    outcomes: dict[str, Outcome] = {}
+    models_dir = state.run_dir / "models"
 
     with state.stage("read gold data", stages):
         gold = read_gold(spec, state, data_dir)
     gold_file = (str(state.run_dir / "gold" / "train.parquet"), "label")
     state.counts["trained_on"] = {}
-
-    with state.stage("tune SBERT" if "sbert" in tuned else "train SBERT on gold", stages):
-        if "sbert" in tuned:
-            outcomes["sbert"] = tune_bi_encoder(spec, state.run_dir, "sbert", [gold_file], {})
-            state.counts["trained_on"]["sbert"] = chosen_rows(outcomes["sbert"])
-        elif strategies and spec.sampling.semantic_model == "gold" and any("semantic" in s for s in strategies):
-            train_bi_encoder(spec, state, "sbert", [gold_file])  # semantic search embeds with it
-
-    by_k: SilverByK = {}
     if strategies:
-        with state.stage("train cross-encoder, sample and label candidates", stages):
-            trained = spec.cross_encoder.trained
-            cross_encoder_dir = Path(trained).expanduser() if trained else models_dir / "cross_encoder"
-            if not trained:
-                fit_cross_encoder(spec.cross_encoder, resolve_model(spec.cross_encoder.model), spec.task, [gold_file],
-                                  spec.training, spec.seed, state.run_dir / "ray_train", cross_encoder_dir)
-            sbert_dir = models_dir / "sbert"
+        with state.stage("train cross-encoder", stages):
+            cross_encoder_dir = train_cross_encoder(spec, state, gold, gold_file)
+    if needs_sbert:
+        with state.stage("tune SBERT" if "sbert" in tuned else "train SBERT on gold", stages):
+            train_bi_encoder(spec, state, "sbert", [gold_file])
+
+    made: dict[str, Path] = {}
+    if strategies:
+        with state.stage("sample and label candidates", stages):
             plain = [s for s in strategies if spec.tuning_top_ks(bi_encoder_name(s)) == [None]]
-            made: dict[str, Path] = {}
             if plain:
                 made, _ = make_silver(
-                    with_sampling(spec, strategies=plain), state, CandidateSource.in_domain(gold), cross_encoder_dir, sbert_dir
+                    with_sampling(spec, strategies=plain), state, CandidateSource.in_domain(gold), cross_encoder_dir, models_dir / "sbert"
                 )
-            by_k = silver_by_top_k(spec, state, gold, cross_encoder_dir, sbert_dir, made)
-
-    with state.stage("tune AugSBERT bi-encoders" if strategies else "tune", stages):
-        for strategy in strategies:
-            name = bi_encoder_name(strategy)
-            default = [gold_file, *silver_files(made[strategy])] if strategy in made else [gold_file]
-            outcomes[name] = tune_bi_encoder(spec, state.run_dir, name, default, by_k)
-            state.counts["trained_on"][name] = chosen_rows(outcomes[name])
+            state.tuning_silver = silver_by_top_k(spec, state, gold, cross_encoder_dir, models_dir / "sbert", made)
+        with state.stage("tune AugSBERT bi-encoders", stages):
+            for strategy in strategies:
+                default = [gold_file, *silver_files(made[strategy])] if strategy in made else [gold_file]
+                train_bi_encoder(spec, state, bi_encoder_name(strategy), default)
 
     with state.stage("evaluate and report", stages):
         refs = {name: evaluate_on_ray("bi_encoder", str(models_dir / name), spec.task, gold.dev, gold.test,
-                                      spec.evaluation.cpus, spec.evaluation.gpus) for name in outcomes}
+                                      spec.evaluation.cpus, spec.evaluation.gpus) for name in state.tuning}
         tests = {name: ray.get(ref).test for name, ref in refs.items()}
         metric = "spearman_x100" if spec.task == "regression" else "f1_x100"
         state.wall_seconds["total"] = round(time.perf_counter() - started, 2)
-        extra = {"counts": state.counts, "wall_seconds": state.wall_seconds}
-        write_tuning_report(state.run_dir, spec.name, outcomes, tests, metric, extra)
+        extra = {"counts": state.counts, "wall_seconds": state.wall_seconds, "reused_fits": state.reused}
+        write_tuning_report(state.run_dir, spec.name, state.tuning, tests, metric, extra)
     log.info("done: %s", state.run_dir / "tuning.md")
     return state.run_dir
