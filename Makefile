@@ -25,7 +25,7 @@ run: install
 	$(BIN)/augsbert run $(JOB) $(ARGS)
 
 test: install
-	$(BIN)/python -m pytest tests -q
+	$(BIN)/python -m pytest tests -q --durations=15  # the slowest tests, to keep CI short
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
