@@ -281,7 +281,7 @@ def load_run_spec(run_dir: Path, overrides: list[str] | None = None) -> JobSpec:
     """The spec an unfinished run was started with (its spec.yaml), to resume it."""
     if not (run_dir / "spec.yaml").is_file():
         raise SpecError(f"--resume {run_dir}: not a run directory (no spec.yaml)")
-    for output in ("metrics.json", "tuning.json"):  # written last by `augsbert run` and `augsbert tune`
+    for output in ("metrics.json", "tuning.json"):  # a finished `augsbert run` / `augsbert tune` has written it
         if (run_dir / output).exists():
             raise SpecError(f"--resume {run_dir}: that run has finished ({output} exists)")
     return load_spec(run_dir / "spec.yaml", overrides)
