@@ -98,8 +98,13 @@ def base_name(name: str, seed: int, args: argparse.Namespace) -> str:
     return f"{name}-{'quick' if args.quick else 'full'}-seed{seed}"
 
 
-def shared_teacher(runs: Path, base: str, part: str | None) -> list[str]:
-    """A part other than "rest" copies the finished rest part's cross-encoder: the same teacher, not fitted again."""
+def shared_teacher(runs: Path, base: str, part: str | None, stopped: Path | None) -> list[str]:
+    """A part other than "rest" copies the finished rest part's cross-encoder: the same teacher, not fitted again.
+
+    A stopped run keeps the teacher its spec.yaml names, so that it resumes with the spec it started with."""
+    if stopped:
+        teacher = yaml.safe_load((stopped / "spec.yaml").read_text())["cross_encoder"].get("trained")
+        return [f"cross_encoder.trained={teacher}"] if teacher else []
     rest = finished_run(runs, f"{base}_rest") if part and part != "rest" else None
     teacher = rest / "models" / "cross_encoder" if rest else None
     return [f"cross_encoder.trained={teacher}"] if teacher and teacher.is_dir() else []
@@ -115,10 +120,9 @@ def run_one(name: str, seed: int, args: argparse.Namespace, runs: Path) -> None:
     overrides = [*overrides_for(name, args.quick, args.gpu, args.part), *args.set, f"seed={seed}", f"output_dir={runs}",
                  f"name={run_name}"]
     unfinished = sorted(path.parent for path in runs.glob(f"{run_name}-*/spec.yaml"))  # stopped runs: continue the latest
-    if not unfinished:  # a stopped run resumes with the spec it started with
-        overrides += shared_teacher(runs, base, args.part)
-    spec = load_spec(ROOT / job, overrides)
-    run_dir = run_job(spec, data_dir=args.data_dir, resume=unfinished[-1] if unfinished else None)
+    stopped = unfinished[-1] if unfinished else None
+    spec = load_spec(ROOT / job, [*overrides, *shared_teacher(runs, base, args.part, stopped)])
+    run_dir = run_job(spec, data_dir=args.data_dir, resume=stopped)
     (run_dir / "host.json").write_text(json.dumps(host()), encoding="utf-8")
 
 

@@ -63,10 +63,18 @@ def test_parts_run_the_strategies_a_whole_run_runs() -> None:
 def test_a_kde_part_takes_the_finished_rest_parts_teacher(tmp_path: Path) -> None:
     reproduce = load_reproduce()
     base = "mrpc-full-seed43"
-    assert reproduce.shared_teacher(tmp_path, base, "kde") == []  # no rest part yet: the kde part fits its own
+    assert reproduce.shared_teacher(tmp_path, base, "kde", None) == []  # no rest part yet: the kde part fits its own
     rest = tmp_path / f"{base}_rest-20261124-010000"
     write_run(rest, ["bm25"], {"sbert": 60.0}, 100.0)
-    assert reproduce.shared_teacher(tmp_path, base, "kde") == []  # finished, but its models are gone
+    assert reproduce.shared_teacher(tmp_path, base, "kde", None) == []  # finished, but its models are gone
     (rest / "models" / "cross_encoder").mkdir(parents=True)
-    assert reproduce.shared_teacher(tmp_path, base, "kde") == [f"cross_encoder.trained={rest / 'models' / 'cross_encoder'}"]
-    assert reproduce.shared_teacher(tmp_path, base, "rest") == reproduce.shared_teacher(tmp_path, base, None) == []
+    teacher = [f"cross_encoder.trained={rest / 'models' / 'cross_encoder'}"]
+    assert reproduce.shared_teacher(tmp_path, base, "kde", None) == teacher
+    assert reproduce.shared_teacher(tmp_path, base, "rest", None) == reproduce.shared_teacher(tmp_path, base, None, None) == []
+    # a stopped kde part resumes with the teacher it started with, even after a newer rest part has finished
+    stopped = tmp_path / f"{base}_kde-20261124-020000"
+    stopped.mkdir()
+    (stopped / "spec.yaml").write_text(yaml.safe_dump({"cross_encoder": {"trained": "/elsewhere/cross_encoder"}}))
+    assert reproduce.shared_teacher(tmp_path, base, "kde", stopped) == ["cross_encoder.trained=/elsewhere/cross_encoder"]
+    (stopped / "spec.yaml").write_text(yaml.safe_dump({"cross_encoder": {"epochs": 1}}))  # it fitted its own
+    assert reproduce.shared_teacher(tmp_path, base, "kde", stopped) == []
