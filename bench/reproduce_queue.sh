@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"
 RUNS="${RUNS:-runs/reproduce}"
 QUEUE=(
-    "bws_cross_topic 43" "bws_cross_topic 44" "mrpc 43" "mrpc 44" "bws_in_topic 43" "bws_in_topic 44"
+    "bws_cross_topic 43" "mrpc 43" "mrpc 44"
 )
 for item in "${QUEUE[@]}"; do
     read -r experiment seed <<< "$item"
