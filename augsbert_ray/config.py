@@ -254,7 +254,7 @@ class TuningSpec(_Strict):
     models: list[str] | None = Field(None, description="Bi-encoders to tune, e.g. [sbert]. Default: all the job trains.")
     cpus_per_trial: float = Field(1, gt=0, description="CPUs reserved by each trial's Ray Train fit.")
     gpus_per_trial: float = Field(0, ge=0, description="GPUs reserved by each trial's Ray Train fit.")
-    max_concurrent_trials: int | None = Field(None, gt=0, description="Default: as many as the resources allow.")
+    max_concurrent_trials: int | None = Field(None, gt=0, description="Default: as many as the cluster's CPUs and GPUs hold at once (cpus_per_trial, gpus_per_trial).")
 
     @field_validator("seeds")
     @classmethod

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from augsbert_ray.cli import main
 from augsbert_ray.config import JobSpec, SpecError, load_spec
 from augsbert_ray.data import load_gold
-from augsbert_ray.tuning.search import SearchSetup, plan_trials, record, run_phase, search, trial_config
+from augsbert_ray.tuning.search import SearchSetup, concurrent_trials, plan_trials, record, run_phase, search, trial_config
 from augsbert_ray.tuning.trial_loop import cull_step, eval_steps, total_steps
 
 TRAIN_ROWS, BATCH, EPOCHS = 40, 8, 4  # 5 steps per epoch, 20 in all
@@ -55,6 +55,19 @@ def test_step_arithmetic() -> None:
         cull_step(4, 0.2)
 
 
+def test_only_as_many_trials_run_at_once_as_the_cluster_holds() -> None:
+    def tuning(**fields: object):  # noqa: ANN202
+        return load_spec(None, [f"tuning={json.dumps(fields)}"]).tuning
+
+    two_cpus = {"CPU": 2.0}
+    # Tune would start all 15 trial actors; 13 would wait for workers, time out and retry
+    assert concurrent_trials(tuning(seeds=15), two_cpus) == 2
+    assert concurrent_trials(tuning(cpus_per_trial=0.5), two_cpus) == 4
+    assert concurrent_trials(tuning(cpus_per_trial=4), two_cpus) == 1  # one still runs, and waits for CPUs
+    assert concurrent_trials(tuning(gpus_per_trial=0.2), {"CPU": 16.0, "GPU": 1.0}) == 5
+    assert concurrent_trials(tuning(max_concurrent_trials=3), two_cpus) == 3
+
+
 @pytest.fixture(scope="module")
 def gold_files(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     spec = load_spec(None, [f"data.train_limit={TRAIN_ROWS}"])
@@ -78,6 +91,13 @@ def test_only_the_best_goes_on_and_resumes_exactly(ray_session, tiny_model: Path
     # cull_at 0.3 of 20 steps = step 6, in the second epoch: resuming must restore the epoch's data order too
     spec = tiny_spec(tiny_model, f"{{seeds: {SEEDS}, cull_at: 0.3, keep: 1, eval_every: 0.25, cpus_per_trial: 0.6}}")
     setup = SearchSetup(spec, "sbert", str(tiny_model), dev, tmp_path / "tune")
+    # What a stopped attempt left behind (a resumed run starts an unfinished search over). Its stop files would
+    # end the new trials after their first step unless the search clears them.
+    for planned in plan_trials(setup, {None: [(train, "label")]}):
+        stop_file = Path(trial_config(setup, planned, "phase1", None, None)["loop"]["stop_file"])
+        stop_file.parent.mkdir(parents=True, exist_ok=True)
+        stop_file.touch()
+        Path(f"{stop_file}.steps").write_text("1")
     outcome = search(setup, {None: [(train, "label")]}, tmp_path / "models" / "sbert")
 
     total, cull = 20, 6

@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import ray
 from ray import tune
 from ray.train import FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
@@ -148,6 +149,18 @@ def scaling(setup: SearchSetup) -> dict[str, Any]:
     return {"num_workers": workers, "use_gpu": setup.tuning.gpus_per_trial > 0, "resources_per_worker": resources}
 
 
+def concurrent_trials(tuning: Any, cluster: dict[str, float]) -> int:
+    """``tuning.max_concurrent_trials``, else as many trials as the cluster's CPUs (and GPUs) hold at once.
+    Tune alone would start every trial's actor, since each takes only a sliver of a CPU; the trials whose
+    Ray Train workers then find no CPUs time out after 60 s and retry, over and over, and load the machine."""
+    if tuning.max_concurrent_trials is not None:
+        return tuning.max_concurrent_trials
+    fits = [cluster.get("CPU", 0.0) / tuning.cpus_per_trial]
+    if tuning.gpus_per_trial > 0:
+        fits.append(cluster.get("GPU", 0.0) / tuning.gpus_per_trial)
+    return max(1, math.floor(min(fits) + 1e-9))  # 1.0 / 0.2 must give 5
+
+
 def trial_config(setup: SearchSetup, trial: Trial, phase: str, stop_at: int | None, resume_from: str | None) -> dict[str, Any]:
     cull = cull_step(trial.total_steps, setup.tuning.cull_at)
     loop = {
@@ -176,8 +189,20 @@ def trial_config(setup: SearchSetup, trial: Trial, phase: str, stop_at: int | No
     }
 
 
+def clear_stopped_attempt(setup: SearchSetup, configs: list[dict[str, Any]], phase: str) -> None:
+    """A resumed run starts an unfinished search over. What a stopped attempt of this phase left would leak
+    into it: its stop files end the new trials after one step, and Ray Train restores a run's checkpoints
+    from its storage directory."""
+    shutil.rmtree(setup.storage / f"{setup.model_name}-{phase}", ignore_errors=True)
+    for config in configs:
+        shutil.rmtree(Path(config["storage"]) / config["name"], ignore_errors=True)
+        for suffix in ("", ".done", ".steps"):
+            Path(config["loop"]["stop_file"] + suffix).unlink(missing_ok=True)
+
+
 def run_phase(setup: SearchSetup, configs: list[dict[str, Any]], phase: str, scheduler: Any = None) -> dict[str, Any]:
     """Run the trials concurrently as one Tune experiment; returns Tune's Result per trial name."""
+    clear_stopped_attempt(setup, configs, phase)
     tuner = tune.Tuner(
         tune.with_resources(StoppableTrial, {"CPU": TRIAL_ACTOR_CPU}),
         param_space={"run": tune.grid_search(configs)},
@@ -185,7 +210,7 @@ def run_phase(setup: SearchSetup, configs: list[dict[str, Any]], phase: str, sch
             scheduler=scheduler,
             metric="dev_score" if scheduler is not None else None,
             mode="max" if scheduler is not None else None,
-            max_concurrent_trials=setup.tuning.max_concurrent_trials,
+            max_concurrent_trials=concurrent_trials(setup.tuning, ray.cluster_resources()),
             trial_name_creator=lambda t: t.config["run"]["name"],
             trial_dirname_creator=lambda t: t.config["run"]["name"],
         ),
