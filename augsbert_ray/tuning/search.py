@@ -25,7 +25,7 @@ from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY, TuneReportCallba
 from ray.tune.schedulers import ASHAScheduler
 from ray.tune.trainable import wrap_function
 
-from augsbert_ray.config import JobSpec
+from augsbert_ray.config import JobSpec, TuningSpec
 from augsbert_ray.runtime import log
 from augsbert_ray.training.ray_fit import TrainFile
 from augsbert_ray.tuning.trial_loop import cull_step, eval_steps, total_steps, tuning_train_loop
@@ -149,7 +149,7 @@ def scaling(setup: SearchSetup) -> dict[str, Any]:
     return {"num_workers": workers, "use_gpu": setup.tuning.gpus_per_trial > 0, "resources_per_worker": resources}
 
 
-def concurrent_trials(tuning: Any, cluster: dict[str, float]) -> int:
+def concurrent_trials(tuning: TuningSpec, cluster: dict[str, float]) -> int:
     """``tuning.max_concurrent_trials``, else as many trials as the cluster's CPUs (and GPUs) hold at once.
     Tune alone would start every trial's actor, since each takes only a sliver of a CPU; the trials whose
     Ray Train workers then find no CPUs time out after 60 s and retry, over and over, and load the machine."""
