@@ -11,7 +11,7 @@ import yaml
 from safetensors.torch import load_file
 
 from augsbert_ray.cli import main
-from augsbert_ray.config import JobSpec, SpecError, load_spec
+from augsbert_ray.config import JobSpec, SpecError, TuningSpec, load_spec
 from augsbert_ray.data import load_gold
 from augsbert_ray.tuning.search import SearchSetup, concurrent_trials, plan_trials, record, run_phase, search, trial_config
 from augsbert_ray.tuning.trial_loop import cull_step, eval_steps, total_steps
@@ -56,11 +56,11 @@ def test_step_arithmetic() -> None:
 
 
 def test_only_as_many_trials_run_at_once_as_the_cluster_holds() -> None:
-    def tuning(**fields: object):  # noqa: ANN202
+    def tuning(**fields: object) -> TuningSpec | None:
         return load_spec(None, [f"tuning={json.dumps(fields)}"]).tuning
 
     two_cpus = {"CPU": 2.0}
-    # Tune would start all 15 trial actors; 13 would wait for workers, time out and retry
+    # Tune alone would start all 15 trial actors (0.15 CPU); one worker would fit beside them, 14 would time out
     assert concurrent_trials(tuning(seeds=15), two_cpus) == 2
     assert concurrent_trials(tuning(cpus_per_trial=0.5), two_cpus) == 4
     assert concurrent_trials(tuning(cpus_per_trial=4), two_cpus) == 1  # one still runs, and waits for CPUs
