@@ -30,8 +30,8 @@ from augsbert_ray.config import BiEncoderSpec, CrossEncoderSpec, JobSpec, load_s
 from augsbert_ray.evaluation import evaluate, score_pairs
 from augsbert_ray.models import resolve_model
 from augsbert_ray.runtime import configure_torch_threads
-from augsbert_ray.training.bi_encoder import bi_encoder_loss
-from augsbert_ray.training.ray_fit import TrainFile, read_training_pairs, training_arguments
+from augsbert_ray.training.ray_fit import TrainFile, read_training_pairs
+from refit import fit_student
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,24 +56,16 @@ VARIANTS = [
 
 
 def fit(run: Path, spec: JobSpec, variant: Variant, silver: list[TrainFile], output_dir: str) -> int:
-    from datasets import Dataset
-    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-
     sources: dict[str, list[TrainFile]] = {
         "silver": silver,
         "source_gold": [(str(run / "gold" / "train.parquet"), "label")],
     }
     table = read_training_pairs([file for name in variant.data for file in sources[name]])
     start = resolve_model(spec.bi_encoder.model) if variant.start == "backbone" else str(run / "models" / "sbert_source")
-    model = SentenceTransformer(start)
-    model.max_seq_length = spec.bi_encoder.max_seq_length
     encoder = BiEncoderSpec.model_validate(
         {**spec.bi_encoder.model_dump(), "epochs": variant.epochs, "learning_rate": variant.learning_rate}
     )
-    args = training_arguments(SentenceTransformerTrainingArguments, encoder, spec.seed, output_dir, True, distributed=False)
-    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset(table), loss=bi_encoder_loss(model, encoder))
-    trainer.train()
-    model.save_pretrained(output_dir)
+    fit_student(table, start, encoder, spec.seed, output_dir)
     return table.num_rows
 
 
