@@ -43,6 +43,7 @@ class Variant:
 
 VARIANTS = [
     Variant("SBERT: gold only", 1, silver=False),
+    Variant("SBERT: gold x4", 4, silver=False),  # as many gold passes as "gold x4 + silver", without the silver
     Variant("job: gold + silver", 1, silver=True),
     Variant("gold x2 + silver", 2, silver=True),
     Variant("gold x4 + silver", 4, silver=True),
