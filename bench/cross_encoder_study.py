@@ -36,7 +36,9 @@ def fit_cross_encoder(train: pa.Table, spec: CrossEncoderSpec, seed: int, output
     from sentence_transformers import CrossEncoder
     from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
+    from transformers import set_seed
 
+    set_seed(seed)  # before the model: its new head draws from the global RNG, as in the job's worker_setup
     table = both_orders(train.select(["sentence1", "sentence2", "label"]))
     model = CrossEncoder(resolve_model(spec.model), num_labels=1, max_length=spec.max_seq_length)
     args = training_arguments(CrossEncoderTrainingArguments, spec, seed, output_dir, False, distributed=False)
