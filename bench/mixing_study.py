@@ -4,10 +4,10 @@ only) and the job's plain mix, for a few seeds, and score each on the dev split;
 used to choose.
 
     .venv/bin/python bench/mixing_study.py runs/study/stsb_1k-topk-study-seed42-* \
-        --silver tuning_silver/top_k3/silver/bm25 --seeds 42 43 44
+        --silver tuning_silver/top_k3/silver/bm25 --seeds 42 43
 
 A variant costs one or two bi-encoder fits in this process (no cross-encoder refit, no Ray). Appends one row per
-variant and seed to bench/results/mixing_study.json under the run's name, and prints the mean over the seeds.
+variant and seed to bench/results/mixing_study.json under RUN_NAME/SILVER, and prints the mean over the seeds.
 """
 
 from __future__ import annotations
