@@ -6,18 +6,19 @@ model, in-domain on STSb-1k, BWS cross-topic, BWS in-topic and MRPC, and transfe
     .venv/bin/python bench/reproduce.py --only stsb_1k --seeds 42 43 44
     python bench/reproduce.py --gpu --seeds 42 --cpus 5     # on a GPU machine: fits, labeling, evaluation there
     .venv/bin/python bench/reproduce.py --collect      # tabulate the finished runs only (e.g. copied from elsewhere)
-    .venv/bin/python bench/reproduce.py --only bws_in_topic --seeds 43 --part kde   # one seed in two shorter runs
+    .venv/bin/python bench/reproduce.py --only bws_in_topic --seeds 43 --part kde   # one seed in shorter runs
 
 Each (experiment, seed) is one `augsbert run` of a job spec in jobs/, with `seed` set (it drives the splits,
 train_limit subsets, sampling and training). Runs land in --runs; on a rerun a finished run (its metrics.json)
 is reused and an unfinished one is resumed (`augsbert run --resume`: its finished fits are kept), so a long
 run can be stopped and continued. Writes docs/RESULTS.md and bench/results/reproduce.json.
 
---part splits an in-domain seed into two runs that are each short enough for a machine that cannot keep a run
-across sessions (see PARTS). Both draw the splits, the cross-encoder and the pools that a whole run draws (BM25
-sizes the KDE pool even when it is not run), and a seed whose two parts have finished is tabulated as one run.
-A kde part started after its rest part has finished copies that part's cross-encoder (cross_encoder.trained)
-instead of fitting the same one again.
+--part splits an in-domain seed into runs that are each short enough for a machine that cannot keep a run across
+sessions (see PARTS and SPLITS): rest + kde, or lexical + semantic + kde where even the rest part outlasts a session.
+Every part draws the splits, the cross-encoder and the pools that a whole run draws (BM25 sizes the KDE pool even
+when it is not run), and a seed whose parts of one split have all finished is tabulated as one run. A part started
+after another part of its seed has finished on this machine copies that part's cross-encoder
+(cross_encoder.trained) instead of fitting the same one again.
 """
 
 from __future__ import annotations
@@ -66,19 +67,29 @@ QUICK_TARGET = ["target.data.train_limit=300", "target.data.eval_limit=200"]
 # --gpu: every fit, labeling actor and evaluation on the (one) GPU; tuning trials share it.
 GPU = ["training.use_gpu=true", "labeling.gpus_per_actor=0.25", "evaluation.gpus=0.25"]
 GPU_TUNING = ["tuning.gpus_per_trial=0.2"]
-# An in-domain seed as two runs: on BWS, KDE's fit alone is longer than the four other fits together (its pool is 10x
-# BM25's). The KDE part gives the KDE row only, so it trains SBERT once, without the seed search.
-PARTS = {"rest": ["sampling.strategies=[bm25,random,semantic,bm25+semantic]"], "kde": ["sampling.strategies=[kde]"]}
-PART_ROWS = {"kde": ["augsbert_kde"]}  # rows taken from a part other than "rest"
-
+# An in-domain seed as shorter runs: on BWS, KDE's fit alone is longer than the four other fits together (its pool is
+# 10x BM25's); on MRPC the rest part alone outlasts a 3-hour session on 2 cores, so it splits into lexical + semantic.
+# part -> (its strategies, the rows it gives). Only a part that gives SBERT's row seed-optimizes it; the others train
+# SBERT once (the job always does) and leave its row.
+SHARED_ROWS = ["jaccard", "zero_shot", "cross_encoder"]  # fitted or scored alike by every part of a seed
+PARTS: dict[str, tuple[list[str], list[str]]] = {
+    "rest": (["bm25", "random", "semantic", "bm25+semantic"],
+             [*SHARED_ROWS, "sbert", "augsbert_bm25", "augsbert_rs", "augsbert_ss", "augsbert_bm25_ss"]),
+    "kde": (["kde"], ["augsbert_kde"]),
+    "lexical": (["bm25", "random"], [*SHARED_ROWS, "sbert", "augsbert_bm25", "augsbert_rs"]),
+    "semantic": (["semantic", "bm25+semantic"], ["augsbert_ss", "augsbert_bm25_ss"]),
+}
+SPLITS = [("rest", "kde"), ("lexical", "semantic", "kde")]  # each makes a whole seed; its first part gives SHARED_ROWS
 
 def overrides_for(name: str, quick: bool, gpu: bool, part: str | None = None) -> list[str]:
     extra = EXPERIMENTS[name][1]
     transfer = name in TRANSFER
     if quick:
         return [*extra, *QUICK, *(QUICK_TARGET if transfer else []), *(GPU if gpu else [])]
-    tuning = [] if transfer or part == "kde" else [*SEED_OPTIMIZED_SBERT, *(GPU_TUNING if gpu else [])]
-    return [*extra, *tuning, *PARTS.get(part, []), *(GPU if gpu else [])]
+    seed_search = not transfer and (part is None or "sbert" in PARTS[part][1])
+    tuning = [*SEED_OPTIMIZED_SBERT, *(GPU_TUNING if gpu else [])] if seed_search else []
+    strategies = [f"sampling.strategies=[{','.join(PARTS[part][0])}]"] if part else []
+    return [*extra, *tuning, *strategies, *(GPU if gpu else [])]
 
 
 def host() -> dict[str, str | int]:
@@ -99,16 +110,16 @@ def base_name(name: str, seed: int, args: argparse.Namespace) -> str:
 
 
 def shared_teacher(runs: Path, base: str, part: str | None, stopped: Path | None) -> list[str]:
-    """A part other than "rest" copies the finished rest part's cross-encoder: the same teacher, not fitted again.
+    """A part copies the cross-encoder of a finished part of its seed (any other part): the same teacher, not
+    fitted again.
 
     A stopped run keeps the teacher its spec.yaml names, so that it resumes with the spec it started with."""
     if stopped:
         teacher = yaml.safe_load((stopped / "spec.yaml").read_text())["cross_encoder"].get("trained")
         return [f"cross_encoder.trained={teacher}"] if teacher else []
-    rest = finished_run(runs, f"{base}_rest") if part and part != "rest" else None
-    teacher = rest / "models" / "cross_encoder" if rest else None
-    return [f"cross_encoder.trained={teacher}"] if teacher and teacher.is_dir() else []
-
+    siblings = [finished_run(runs, f"{base}_{other}") for other in PARTS if part and other != part]
+    teachers = [run / "models" / "cross_encoder" for run in siblings if run]
+    return next(([f"cross_encoder.trained={teacher}"] for teacher in teachers if teacher.is_dir()), [])
 
 def run_one(name: str, seed: int, args: argparse.Namespace, runs: Path) -> None:
     """One experiment at one seed (or one --part of it), unless it has finished; a stopped run is resumed."""
@@ -133,23 +144,24 @@ def read_run(run_dir: Path) -> tuple[dict, dict, dict]:
 
 
 def merge_parts(parts: dict[str, tuple[dict, dict, dict]]) -> tuple[dict, dict, dict]:
-    """One seed's runs made as PARTS, as if one run: each part's rows (PART_ROWS, the rest from "rest"), the
-    strategies of both, and their wall times added. Records how far the models both parts fit disagree on test
+    """One seed's runs made as the parts of a split, as if one run: each part's rows (PARTS), the strategies of all,
+    and their wall times added. Records how far the shared rows of the other parts are from the first part's on test
     (the same seed makes the same splits and teacher; a nonzero gap is nondeterminism of the fits)."""
-    metrics, spec, where = parts["rest"]
-    metrics = {**metrics, "test": dict(metrics["test"]), "details": dict(metrics["details"]), "parts": {}}
+    first, *others = parts
+    metrics, spec, where = parts[first]
+    metrics = {**metrics, "test": {}, "details": {}, "parts": {}}
     spec = {**spec, "sampling": {**spec["sampling"], "strategies": []}}
     for part, (part_metrics, part_spec, _) in parts.items():
         spec["sampling"]["strategies"] += part_spec["sampling"]["strategies"]
-        for row in PART_ROWS.get(part, []):
+        for row in PARTS[part][1]:
             metrics["test"][row] = part_metrics["test"][row]
             metrics["details"][row] = part_metrics["details"][row]
-        if part != "rest":
-            shared = [row for row in ("jaccard", "zero_shot", "cross_encoder") if row in part_metrics["test"]]
-            gaps = {row: round(abs(part_metrics["test"][row] - metrics["test"][row]), 4) for row in shared}
-            metrics["parts"][part] = {"seconds": run_seconds(part_metrics), "test_gap_of_shared_rows": gaps}
+    for part in others:
+        part_metrics = parts[part][0]
+        shared = [row for row in SHARED_ROWS if row in part_metrics["test"]]
+        gaps = {row: round(abs(part_metrics["test"][row] - metrics["test"][row]), 4) for row in shared}
+        metrics["parts"][part] = {"seconds": run_seconds(part_metrics), "test_gap_of_shared_rows": gaps}
     return metrics, spec, where
-
 
 def run_seconds(metrics: dict) -> float:
     """A run's compute: its last attempt, the fits it reused from earlier attempts, and its other parts'."""
@@ -162,9 +174,10 @@ def seed_result(name: str, seed: int, args: argparse.Namespace, runs: Path) -> t
     base = base_name(name, seed, args)
     if whole := finished_run(runs, base):
         return read_run(whole)
-    parts = {part: finished_run(runs, f"{base}_{part}") for part in PARTS}
-    if all(parts.values()):
-        return merge_parts({part: read_run(run_dir) for part, run_dir in parts.items()})
+    for split in SPLITS:
+        parts = {part: finished_run(runs, f"{base}_{part}") for part in split}
+        if all(parts.values()):
+            return merge_parts({part: read_run(run_dir) for part, run_dir in parts.items()})
     return None
 
 
@@ -234,7 +247,7 @@ def write_results(path: Path, results: dict, specs: dict, runs: dict, args: argp
         f"Runs: {sum(len(r['seconds']) for r in runs.values())}, seeds {args.seeds}; their wall times add up to "
         f"{sum(sum(r['seconds']) for r in runs.values()) / 60:.1f} min. They ran on: {describe_hosts([h for r in runs.values() for h in r['hosts']])}.  ",
         "Seeds per experiment: " + "; ".join(f"{e} {', '.join(map(str, r['seeds'])) or 'none'}" for e, r in runs.items()) + ".  ",
-        *([f"Seeds made as two runs (`--part`, see bench/reproduce.py): {'; '.join(parts)}.  "]
+        *([f"Seeds made as parts (`--part`, see bench/reproduce.py): {'; '.join(parts)}.  "]
           if (parts := [p for r in runs.values() for p in r["parts"]]) else []),
         "Backbone of every model: all-MiniLM-L6-v2 (the packaged `minilm`), not the paper's bert-base. Scores x100 on "
         "the test split, mean ± std over seeds; each seed is a whole run (splits, subsets, sampling, training)."
@@ -307,7 +320,7 @@ def main() -> int:
             metrics, spec, where = finished
             if "parts" in metrics:
                 info["parts"].append(f"{experiment} seed {seed}: " + "; ".join(
-                    f"{part} part, test gaps to the rest part: " + ", ".join(f"{row} {gap:.4f}" for row, gap in gaps["test_gap_of_shared_rows"].items())
+                    f"{part} part, test gaps to the first part: " + ", ".join(f"{row} {gap:.4f}" for row, gap in gaps["test_gap_of_shared_rows"].items())
                     for part, gaps in metrics["parts"].items()))
             specs.setdefault(experiment, spec)
             info["seeds"].append(seed)

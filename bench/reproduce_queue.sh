@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The in-domain runs still missing from docs/RESULTS.md, one --part at a time (each part is one resumable
-# `augsbert run`; a kde part copies its finished rest part's cross-encoder). Stopped anywhere, rerun it: finished
-# parts are skipped and the stopped one resumes from its last training state. Then collect:
+# `augsbert run`; a part copies the cross-encoder of a finished part of its seed on this machine). Stopped anywhere,
+# rerun it: finished parts are skipped and the stopped one resumes from its last training state (on the same
+# machine: a new machine starts the part again). Then collect:
 #   bench/reproduce_queue.sh
 #   mkdir -p bench/results/reproduce_runs/RUN && cp runs/reproduce/RUN/{metrics.json,spec.yaml,host.json} ...
 #   .venv/bin/python bench/reproduce.py --collect --runs bench/results/reproduce_runs
@@ -9,12 +10,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"
 RUNS="${RUNS:-runs/reproduce}"
+# "experiment seed part...": MRPC's rest part alone outlasts a 3-hour session on 2 cores, so seed 44 is three parts
 QUEUE=(
-    "bws_cross_topic 43" "mrpc 43" "mrpc 44"
+    "mrpc 44 lexical semantic kde"
 )
 for item in "${QUEUE[@]}"; do
-    read -r experiment seed <<< "$item"
-    for part in rest kde; do
+    read -r experiment seed parts <<< "$item"
+    for part in $parts; do
         echo "$(date '+%F %T') $experiment seed $seed, $part part"
         # per-part tables go to /tmp: docs/RESULTS.md is made from the committed runs only
         "$PYTHON" bench/reproduce.py --only "$experiment" --seeds "$seed" --part "$part" --runs "$RUNS" \

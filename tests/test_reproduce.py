@@ -1,4 +1,4 @@
-"""bench/reproduce.py tabulates a seed made as two --part runs as one run."""
+"""bench/reproduce.py tabulates a seed made as --part runs as one run."""
 
 import argparse
 import importlib.util
@@ -43,9 +43,28 @@ def test_a_seed_made_as_two_parts_is_merged_into_one_run(tmp_path: Path) -> None
     assert reproduce.run_seconds(metrics) == 100.0 + 5.0 + 200.0 + 5.0
     assert sorted(spec["sampling"]["strategies"]) == ["bm25", "bm25+semantic", "kde", "random", "semantic"]
 
-    # a whole run of the seed wins over its parts
+    # a whole run of the seed wins over its parts (and the rest + kde split over the lexical + semantic + kde one)
     write_run(tmp_path / "bws_in_topic-full-seed43-20261123-230000", ["bm25"], {**shared, "sbert": 1.0}, 10.0)
     assert reproduce.seed_result("bws_in_topic", 43, args, tmp_path)[0]["test"]["sbert"] == 1.0
+
+
+def test_a_seed_made_as_three_parts_is_merged_into_one_run(tmp_path: Path) -> None:
+    reproduce = load_reproduce()
+    args = argparse.Namespace(quick=False)
+    shared = {"jaccard": 80.0, "zero_shot": 81.0, "cross_encoder": 84.0}
+    write_run(tmp_path / "mrpc-full-seed44_lexical-20261124-220000", ["bm25", "random"],
+              {**shared, "sbert": 83.0, "augsbert_bm25": 84.0, "augsbert_rs": 82.0}, 100.0)
+    write_run(tmp_path / "mrpc-full-seed44_kde-20261125-010000", ["kde"], {**shared, "sbert": 82.0, "augsbert_kde": 83.5}, 50.0)
+    assert reproduce.seed_result("mrpc", 44, args, tmp_path) is None  # the semantic part is missing
+    write_run(tmp_path / "mrpc-full-seed44_semantic-20261125-030000", ["semantic", "bm25+semantic"],
+              {**shared, "cross_encoder": 84.25, "sbert": 82.5, "augsbert_ss": 81.0, "augsbert_bm25_ss": 82.0}, 70.0)
+
+    metrics, spec, _ = reproduce.seed_result("mrpc", 44, args, tmp_path)
+    assert metrics["test"] == {**shared, "sbert": 83.0, "augsbert_bm25": 84.0, "augsbert_rs": 82.0, "augsbert_kde": 83.5,
+                               "augsbert_ss": 81.0, "augsbert_bm25_ss": 82.0}  # SBERT: the seed-optimized one
+    assert metrics["parts"]["semantic"]["test_gap_of_shared_rows"]["cross_encoder"] == 0.25
+    assert reproduce.run_seconds(metrics) == 100.0 + 5.0 + 50.0 + 5.0 + 70.0 + 5.0
+    assert sorted(spec["sampling"]["strategies"]) == ["bm25", "bm25+semantic", "kde", "random", "semantic"]
 
 
 def test_parts_run_the_strategies_a_whole_run_runs() -> None:
@@ -55,12 +74,13 @@ def test_parts_run_the_strategies_a_whole_run_runs() -> None:
     for name in ("bws_cross_topic", "bws_in_topic", "mrpc"):
         job = ROOT / reproduce.EXPERIMENTS[name][0]
         whole = load_spec(job, reproduce.overrides_for(name, quick=False, gpu=False)).sampling.strategies
-        parts = [load_spec(job, reproduce.overrides_for(name, quick=False, gpu=False, part=part)) for part in reproduce.PARTS]
-        assert sorted(s for part in parts for s in part.sampling.strategies) == sorted(whole)
-        assert [part.tuning is not None for part in parts] == [True, False]  # SBERT: seed-optimized in the rest part only
+        for split in reproduce.SPLITS:
+            parts = [load_spec(job, reproduce.overrides_for(name, quick=False, gpu=False, part=part)) for part in split]
+            assert sorted(s for part in parts for s in part.sampling.strategies) == sorted(whole)
+            # SBERT is seed-optimized in the split's first part only, the part that gives its row
+            assert [part.tuning is not None for part in parts] == [True] + [False] * (len(split) - 1)
 
-
-def test_a_kde_part_takes_the_finished_rest_parts_teacher(tmp_path: Path) -> None:
+def test_a_part_takes_a_finished_sibling_parts_teacher(tmp_path: Path) -> None:
     reproduce = load_reproduce()
     base = "mrpc-full-seed43"
     assert reproduce.shared_teacher(tmp_path, base, "kde", None) == []  # no rest part yet: the kde part fits its own
@@ -70,6 +90,7 @@ def test_a_kde_part_takes_the_finished_rest_parts_teacher(tmp_path: Path) -> Non
     (rest / "models" / "cross_encoder").mkdir(parents=True)
     teacher = [f"cross_encoder.trained={rest / 'models' / 'cross_encoder'}"]
     assert reproduce.shared_teacher(tmp_path, base, "kde", None) == teacher
+    assert reproduce.shared_teacher(tmp_path, base, "semantic", None) == teacher  # any part of the seed
     assert reproduce.shared_teacher(tmp_path, base, "rest", None) == reproduce.shared_teacher(tmp_path, base, None, None) == []
     # a stopped kde part resumes with the teacher it started with, even after a newer rest part has finished
     stopped = tmp_path / f"{base}_kde-20261124-020000"
