@@ -17,6 +17,11 @@ QUEUE=(
 for item in "${QUEUE[@]}"; do
     read -r experiment seed parts <<< "$item"
     for part in $parts; do
+        # committed by an earlier session (perhaps on another machine): not run again
+        if compgen -G "bench/results/reproduce_runs/$experiment-full-seed${seed}_$part-*/metrics.json" > /dev/null; then
+            echo "$experiment seed $seed, $part part: committed in bench/results/reproduce_runs, skipped"
+            continue
+        fi
         echo "$(date '+%F %T') $experiment seed $seed, $part part"
         # per-part tables go to /tmp: docs/RESULTS.md is made from the committed runs only
         "$PYTHON" bench/reproduce.py --only "$experiment" --seeds "$seed" --part "$part" --runs "$RUNS" \
