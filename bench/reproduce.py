@@ -14,7 +14,7 @@ is reused and an unfinished one is resumed (`augsbert run --resume`: its finishe
 run can be stopped and continued. Writes docs/RESULTS.md and bench/results/reproduce.json.
 
 --part splits an in-domain seed into runs that are each short enough for a machine that cannot keep a run across
-sessions (see PARTS and SPLITS): rest + kde, or lexical + semantic + kde where even the rest part outlasts a session.
+sessions (see PARTS and SPLITS): rest + kde, or lexical + semantic + kde where the rest part may not fit in one.
 Every part draws the splits, the cross-encoder and the pools that a whole run draws (BM25 sizes the KDE pool even
 when it is not run), and a seed whose parts of one split have all finished is tabulated as one run. A part started
 after another part of its seed has finished on this machine copies that part's cross-encoder
@@ -68,7 +68,8 @@ QUICK_TARGET = ["target.data.train_limit=300", "target.data.eval_limit=200"]
 GPU = ["training.use_gpu=true", "labeling.gpus_per_actor=0.25", "evaluation.gpus=0.25"]
 GPU_TUNING = ["tuning.gpus_per_trial=0.2"]
 # An in-domain seed as shorter runs: on BWS, KDE's fit alone is longer than the four other fits together (its pool is
-# 10x BM25's); on MRPC the rest part alone outlasts a 3-hour session on 2 cores, so it splits into lexical + semantic.
+# 10x BM25's). MRPC's rest part (seeds 42, 43: 3.1 and 2.5 hours of fits and stages on 2 cores shared with other
+# work) was cut off at a session's end both times; lexical + semantic split it.
 # part -> (its strategies, the rows it gives). Only a part that gives SBERT's row seed-optimizes it; the others train
 # SBERT once (the job always does) and leave its row.
 SHARED_ROWS = ["jaccard", "zero_shot", "cross_encoder"]  # fitted or scored alike by every part of a seed

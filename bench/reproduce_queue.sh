@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"
 RUNS="${RUNS:-runs/reproduce}"
-# "experiment seed part...": MRPC's rest part alone outlasts a 3-hour session on 2 cores, so seed 44 is three parts
+# "experiment seed part...": three parts, each short enough to finish in a session even on cores shared with other work
 QUEUE=(
     "mrpc 44 lexical semantic kde"
 )
