@@ -135,7 +135,7 @@ class CrossEncoderSpec(EncoderSpec):
 
 
 class BiEncoderSpec(EncoderSpec):
-    loss: Literal["cosine", "online_contrastive"] = "cosine"
+    loss: Literal["cosine", "cosent", "online_contrastive"] = "cosine"
 
 
 class SamplingSpec(_Strict):

@@ -146,6 +146,22 @@ def test_flipped_silver_labels_change_the_trained_model(ray_session, tiny_model:
     assert same and moved > 1e-4
 
 
+@pytest.mark.parametrize("loss", ["cosine", "cosent"])
+def test_each_regression_loss_reads_the_silver_scores(tiny_model: Path, loss: str) -> None:
+    """The same pairs with scores s and 1 - s give other loss values, under every loss meant for scores."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from augsbert_ray.training.bi_encoder import bi_encoder_loss
+
+    model = SentenceTransformer(str(tiny_model))
+    objective = bi_encoder_loss(model, BiEncoderSpec(model=str(tiny_model), loss=loss))
+    features = [model.tokenize([f"sentence {i} of side {side}" for i in range(8)]) for side in ("a", "b")]
+    scores = torch.linspace(0.05, 0.95, 8)
+    with torch.no_grad():
+        assert abs(float(objective(features, scores)) - float(objective(features, 1 - scores))) > 1e-4
+
+
 def test_a_cross_encoder_fit_is_reproduced_by_its_seed(ray_session, tiny_model: Path, data_dir: Path, tmp_path: Path) -> None:
     """The new classification head is seeded too, so two fits with one seed make the same teacher (as the two
     runs of a seed made in parts by bench/reproduce.py --part need), and another seed another one."""

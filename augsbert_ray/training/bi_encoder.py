@@ -10,11 +10,12 @@ from augsbert_ray.training.ray_fit import TrainFile, fit_on_ray, read_training_p
 
 
 def bi_encoder_loss(model: Any, spec: BiEncoderSpec) -> Any:
-    """Both losses use the silver labels: cosine regresses on the score, online contrastive
-    thresholds it at 0.5 (so it is for 0/1 classification labels)."""
-    from sentence_transformers.sentence_transformer.losses import CosineSimilarityLoss, OnlineContrastiveLoss
+    """Every loss uses the silver labels: cosine regresses on the score, CoSENT ranks the batch's pairs by it,
+    online contrastive thresholds it at 0.5 (so it is for 0/1 classification labels)."""
+    from sentence_transformers.sentence_transformer.losses import CoSENTLoss, CosineSimilarityLoss, OnlineContrastiveLoss
 
-    return CosineSimilarityLoss(model) if spec.loss == "cosine" else OnlineContrastiveLoss(model)
+    losses = {"cosine": CosineSimilarityLoss, "cosent": CoSENTLoss, "online_contrastive": OnlineContrastiveLoss}
+    return losses[spec.loss](model)
 
 
 def bi_encoder_train_loop(config: dict[str, Any]) -> None:
