@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The in-domain runs still missing from docs/RESULTS.md, one --part at a time (each part is one resumable
+# In-domain runs missing from docs/RESULTS.md (QUEUE; all committed now, so it skips them), one --part at a time (each part is one resumable
 # `augsbert run`; a part copies the cross-encoder of a finished part of its seed on this machine). Stopped anywhere,
 # rerun it: finished parts are skipped and the stopped one resumes from its last training state (on the same
 # machine: a new machine starts the part again). Then collect:

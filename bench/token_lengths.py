@@ -26,7 +26,7 @@ def describe(name: str, counts: np.ndarray, limit: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", default="../shared/data")
+    parser.add_argument("--data-dir", help="named datasets' directory (default: as for augsbert run)")
     parser.add_argument("--max-seq-length", type=int, default=128)
     args = parser.parse_args()
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("minilm"))
