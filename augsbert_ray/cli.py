@@ -81,13 +81,15 @@ def _parse_actors(text: str) -> tuple[int, int]:
 def _label(args: argparse.Namespace) -> int:
     from augsbert_ray.config import LabelingSpec
     from augsbert_ray.data import read_sentences
-    from augsbert_ray.labeling import LabelJob, label_files, label_table
+    from augsbert_ray.labeling import LabelJob, Teacher, label_files, label_table
     from augsbert_ray.labeling.engine import check_model
-    from augsbert_ray.models import model_fingerprint, resolve_model
+    from augsbert_ray.models import resolve_model
     from augsbert_ray.runtime import init_ray
 
-    model = resolve_model(args.model)
-    check_model(model)
+    teacher_file = Path(args.model)
+    teacher = Teacher.load(teacher_file) if teacher_file.is_file() else Teacher.cross_encoder(resolve_model(args.model))
+    for member in teacher.members:
+        check_model(member.model)
     text_columns = tuple(args.text_columns.split(","))
     if len(text_columns) != 2 or not all(text_columns):
         raise SpecError(f"--text-columns expects two names, e.g. sentence1,sentence2; got {args.text_columns!r}")
@@ -103,10 +105,10 @@ def _label(args: argparse.Namespace) -> int:
     if args.sentences:
         sentences = read_sentences(Path(args.sentences))
         init_ray(args.address)
-        job = LabelJob(model, model_fingerprint(model), spec, strategy=args.strategy)
+        job = LabelJob(teacher, spec, strategy=args.strategy)
         result = label_table(_pair_sentences(sentences, args), output / "_candidates" / f"{args.strategy}.parquet", output, job)
     else:
-        job = LabelJob(model, model_fingerprint(model), spec, text_columns=text_columns)
+        job = LabelJob(teacher, spec, text_columns=text_columns)
         result = label_files(args.input, output, job, fmt=args.format, address=args.address)
     print(result.summary())
     print(f"labeled pairs: {result.output}  manifest: {result.manifest}  rejects: {result.rejects}")
@@ -256,7 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
         "counts of each shard; _rejects.jsonl with every pair that could not be labeled and why. "
         "A rerun with the same arguments skips the shards already written.",
     )
-    label.add_argument("--model", required=True, help="cross-encoder directory or Hugging Face id")
+    label.add_argument(
+        "--model", required=True,
+        help="the teacher: a cross-encoder directory or Hugging Face id, or a run's models/teacher.json (any teacher kind)",
+    )
     label.add_argument("--input", help="pairs: a file, a glob (quoted) or a directory, e.g. 'pairs/*.parquet'")
     label.add_argument("--sentences", help="instead of --input: a sentence list (.txt, one per line, or a file with a `sentence` column) to pair with --strategy")
     label.add_argument("--strategy", choices=["random", "bm25"], default="random", help="how --sentences are paired (default: %(default)s)")

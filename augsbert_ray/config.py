@@ -118,6 +118,12 @@ class EncoderSpec(_Strict):
         return model
 
 
+def saved_model_dir(trained: str | None) -> str | None:
+    if trained is not None and not (Path(trained).expanduser() / "config.json").is_file():
+        raise ValueError(f"no saved model (config.json) in {trained}")
+    return trained
+
+
 class CrossEncoderSpec(EncoderSpec):
     epochs: int = Field(4, gt=0)
     both_orders: bool = Field(True, description="Feed each gold pair as (a,b) and (b,a), as in the paper.")
@@ -126,16 +132,45 @@ class CrossEncoderSpec(EncoderSpec):
         "it as its teacher and fits none."
     )
 
-    @field_validator("trained")
-    @classmethod
-    def _trained_model_exists(cls, trained: str | None) -> str | None:
-        if trained is not None and not (Path(trained).expanduser() / "config.json").is_file():
-            raise ValueError(f"no saved cross-encoder (config.json) in {trained}")
-        return trained
+    trained_model_exists = field_validator("trained")(saved_model_dir)
 
 
 class BiEncoderSpec(EncoderSpec):
     loss: Literal["cosine", "cosent", "online_contrastive"] = "cosine"
+
+
+class TeacherBiEncoderSpec(BiEncoderSpec):
+    """The bi-encoder teacher: a larger bi-encoder fine-tuned on the gold pairs."""
+
+    model: str = Field("mpnet", description="Default: all-mpnet-base-v2 ('mpnet'; `make models` fetches it offline).")
+    epochs: int = Field(4, gt=0)
+    trained: str | None = Field(
+        None, description="A bi-encoder already fine-tuned (e.g. an earlier run's models/teacher_bi_encoder): copied, not fitted."
+    )
+
+    trained_model_exists = field_validator("trained")(saved_model_dir)
+
+
+TeacherKind = Literal["cross-encoder", "bi-encoder", "ensemble"]
+
+
+class TeacherSpec(_Strict):
+    """Which teacher labels the silver pairs. The cross-encoder is configured by the `cross_encoder` section."""
+
+    kind: TeacherKind = Field(
+        "cross-encoder", description="cross-encoder; bi-encoder (cosine of teacher.bi_encoder's embeddings); ensemble: "
+        "the mean of both after each is mapped onto the gold scale."
+    )
+    bi_encoder: TeacherBiEncoderSpec = TeacherBiEncoderSpec()
+    calibration: Literal["dev", "train"] = Field(
+        "dev", description="Gold split whose labels fit each member's affine map onto the gold scale (bi-encoder and "
+        "ensemble teachers; a cross-encoder alone is trained on that scale already)."
+    )
+
+    @property
+    def member_kinds(self) -> list[str]:
+        """The teacher's models, in the order their scores are combined."""
+        return {"cross-encoder": ["cross_encoder"], "bi-encoder": ["bi_encoder"], "ensemble": ["cross_encoder", "bi_encoder"]}[self.kind]
 
 
 class SamplingSpec(_Strict):
@@ -191,6 +226,9 @@ class LabelingSpec(_Strict):
     )
     max_seq_length: int | None = Field(None, gt=0, description="Tokens per pair; longer pairs are truncated and counted. Default: the model's.")
     shard_rows: int = Field(50_000, gt=0, description="Pairs per output shard, the unit of resume (Parquet row groups are never split).")
+    require_better_teacher: bool = Field(
+        False, description="Stop before labeling when the teacher does not beat SBERT (gold only) on dev; else only warn."
+    )
 
     @model_validator(mode="after")
     def _pool_bounds(self) -> "LabelingSpec":
@@ -347,6 +385,7 @@ class JobSpec(_Strict):
     output_dir: Path = Path("runs")
     seed: int = 42
     data: DataSpec = DataSpec()
+    teacher: TeacherSpec = TeacherSpec()
     cross_encoder: CrossEncoderSpec = CrossEncoderSpec()
     bi_encoder: BiEncoderSpec = BiEncoderSpec()
     sampling: SamplingSpec = SamplingSpec()
@@ -370,6 +409,11 @@ class JobSpec(_Strict):
                 raise ValueError("tuning runs in the in-domain scenario only")
             if "kde" in self.sampling.strategies and self.target.candidates == "sentences":
                 raise ValueError("sampling.strategies: kde matches the gold score distribution, which a transfer target lacks")
+        if self.teacher.kind != "cross-encoder":
+            if self.labeling.precision == "int8":
+                raise ValueError(f"labeling.precision int8 quantizes cross-encoders only; teacher.kind {self.teacher.kind} has a bi-encoder")
+            if self.labeling.runtime == "onnx":
+                raise ValueError(f"labeling.runtime onnx runs cross-encoders only; teacher.kind {self.teacher.kind} has a bi-encoder")
         return self
 
     @property

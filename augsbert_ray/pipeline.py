@@ -1,5 +1,5 @@
-"""The in-domain AugSBERT job, built from the stages: gold -> cross-encoder -> candidates -> silver
--> bi-encoders -> evaluation -> report."""
+"""The in-domain AugSBERT job, built from the stages: gold -> teacher -> SBERT -> teacher gate -> candidates
+-> silver -> bi-encoders -> evaluation -> report."""
 
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ import ray.data
 from ray.data.expressions import col
 
 from augsbert_ray.config import (
-    RESUME_SETTABLE, DataSpec, JobSpec, SamplingSpec, SpecError, bi_encoder_name, dump_spec, load_spec,
+    RESUME_SETTABLE, BiEncoderSpec, DataSpec, JobSpec, SamplingSpec, SpecError, bi_encoder_name, dump_spec, load_spec,
 )
 from augsbert_ray.data import GoldData, check_reject_fraction, load_gold, read_sentences, write_rejects
-from augsbert_ray.evaluation import Evaluation, evaluate_on_ray
-from augsbert_ray.labeling import LabelJob, label_table
-from augsbert_ray.models import model_fingerprint, resolve_model
+from augsbert_ray.evaluation import Evaluation, dev_metric, evaluate_on_ray, score_pairs_on_ray
+from augsbert_ray.labeling import TEACHER_FILE, LabelJob, Teacher, TeacherMember, label_table
+from augsbert_ray.models import resolve_model
 from augsbert_ray.report import plot_score_densities, write_report
 from augsbert_ray.runtime import init_ray, log
 from augsbert_ray.sampling import Neighbours, SentencePool, available_pairs, candidate_table, given_pairs, sample_bm25
@@ -55,6 +55,7 @@ class RunState:
     tuning_silver: dict[int, dict[str, Path]] = field(default_factory=dict)  # tuning.top_k -> strategy -> silver dir
     finished_fits: dict[str, dict[str, Any]] = field(default_factory=dict)  # model name -> record, as in progress.json
     reused: dict[str, float] = field(default_factory=dict)  # fits an earlier attempt made -> the seconds they took then
+    teacher: dict[str, Any] = field(default_factory=dict)  # the teacher gate: kind, labeler, dev scores of teacher and SBERT
     stage_number: int = 0
 
     @contextmanager
@@ -77,6 +78,7 @@ class RunState:
             "counts": self.counts,
             "wall_seconds": self.wall_seconds,
             "reused_fits": self.reused,
+            "teacher": self.teacher,
         }
 
     def record_fit(self, name: str, record: dict[str, Any]) -> None:
@@ -171,12 +173,11 @@ def transfer_reference_labels(target: GoldData, source: GoldData) -> np.ndarray:
     return train_labels(target) if target.train.num_rows else train_labels(source)
 
 
-def label_candidates(spec: JobSpec, state: RunState, strategy: str, candidates: pa.Table, cross_encoder_dir: Path) -> Path:
+def label_candidates(spec: JobSpec, state: RunState, strategy: str, candidates: pa.Table, teacher: Teacher) -> Path:
     """Label one strategy's candidates on the actor pool into silver/<strategy>/ (streaming, resumable)."""
     labeled_dir = state.run_dir / "silver" / (f"{strategy}_pool" if strategy == "kde" else strategy)
-    labeler = model_fingerprint(str(cross_encoder_dir))
-    log.info("labeling %d %s candidates with %s", candidates.num_rows, strategy, labeler)
-    job = LabelJob(str(cross_encoder_dir), labeler, spec.labeling, strategy=strategy)
+    job = LabelJob(teacher, spec.labeling, strategy=strategy)
+    log.info("labeling %d %s candidates with %s", candidates.num_rows, strategy, job.labeler)
     labeled = label_table(candidates, state.run_dir / "candidates" / f"{strategy}.parquet", labeled_dir, job)
     state.counts["candidates"][strategy] = candidates.num_rows
     state.counts["labeled"][strategy] = labeled.labeled
@@ -184,7 +185,7 @@ def label_candidates(spec: JobSpec, state: RunState, strategy: str, candidates: 
 
 
 def make_silver(
-    spec: JobSpec, state: RunState, source: CandidateSource, cross_encoder_dir: Path, sbert_dir: Path
+    spec: JobSpec, state: RunState, source: CandidateSource, teacher: Teacher, sbert_dir: Path
 ) -> tuple[dict[str, Path], dict[str, np.ndarray]]:
     """Per strategy: sample candidates, label them on the actor pool into silver/<strategy>/ (streaming),
     select (KDE), and measure the kept score distribution. Returns silver dirs and kept-score histograms."""
@@ -204,7 +205,7 @@ def make_silver(
             strategy, pool, excluded, spec.sampling, spec.seed,
             n_random=random_sizes.get(strategy, 0), semantic_model=semantic_model, resources=spec.labeling, found=found,
         )
-        labeled_dir = label_candidates(spec, state, strategy, candidates, cross_encoder_dir)
+        labeled_dir = label_candidates(spec, state, strategy, candidates, teacher)
         silver_dir = labeled_dir
         kept = ray.data.read_parquet(str(labeled_dir))
         if strategy == "kde":
@@ -308,37 +309,110 @@ def resumed_state(spec: JobSpec, run_dir: Path) -> RunState:
     return RunState(run_dir, finished_fits=finished)
 
 
+def train_teacher(spec: JobSpec, state: RunState, gold: GoldData, gold_file: TrainFile) -> Teacher:
+    """The teacher's models fitted on the gold (in transfer: source) train split, each reused on resume: the
+    cross-encoder, the bi-encoder teacher, or both (ensemble). Their scores are not mapped yet (see check_teacher)."""
+    state.counts.setdefault("trained_on", {})
+    fits = {"cross_encoder": train_cross_encoder, "bi_encoder": train_teacher_bi_encoder}
+    return Teacher(tuple(TeacherMember(kind, str(fits[kind](spec, state, gold, gold_file))) for kind in spec.teacher.member_kinds))
+
+
 def train_cross_encoder(spec: JobSpec, state: RunState, gold: GoldData, gold_file: TrainFile) -> Path:
     cross_encoder_dir = state.run_dir / "models" / "cross_encoder"
 
     def fit() -> dict[str, Any]:
         if spec.cross_encoder.trained:
-            return copy_trained_cross_encoder(Path(spec.cross_encoder.trained).expanduser(), cross_encoder_dir)
+            return copy_trained_model(Path(spec.cross_encoder.trained).expanduser(), cross_encoder_dir, "cross_encoder")
         fit_cross_encoder(
             spec.cross_encoder, resolve_model(spec.cross_encoder.model), spec.task, [gold_file],
             spec.training, spec.seed, state.run_dir / "ray_train", cross_encoder_dir,
         )
         return {"trained_on": gold.train.num_rows * (2 if spec.cross_encoder.both_orders else 1)}
 
-    state.counts["trained_on"] = {"cross_encoder": fit_once(spec, state, "cross_encoder", fit)["trained_on"]}
+    state.counts.setdefault("trained_on", {})["cross_encoder"] = fit_once(spec, state, "cross_encoder", fit)["trained_on"]
     return cross_encoder_dir
 
 
-def copy_trained_cross_encoder(trained: Path, cross_encoder_dir: Path) -> dict[str, Any]:
-    """cross_encoder.trained: the teacher is a copy, so the run directory stays whole. When it comes from an
-    earlier run, that run's progress.json says what it was trained on."""
-    log.info("cross-encoder: copying the trained model at %s (cross_encoder.trained), no fit", trained)
-    shutil.copytree(trained, cross_encoder_dir)
+def train_teacher_bi_encoder(spec: JobSpec, state: RunState, gold: GoldData, gold_file: TrainFile) -> Path:
+    """The bi-encoder teacher (teacher.bi_encoder, by default mpnet) fine-tuned on gold, into models/teacher_bi_encoder."""
+    name = "teacher_bi_encoder"
+    model_dir = state.run_dir / "models" / name
+    settings = spec.teacher.bi_encoder
+
+    def fit() -> dict[str, Any]:
+        if settings.trained:
+            return copy_trained_model(Path(settings.trained).expanduser(), model_dir, name)
+        fit_settings = BiEncoderSpec.model_validate(settings.model_dump(exclude={"trained"}))
+        metrics = fit_bi_encoder(fit_settings, resolve_model(settings.model), [gold_file], spec.training, spec.seed,
+                                 state.run_dir / "ray_train", name, model_dir)
+        return {"trained_on": int(metrics["train_rows"])}
+
+    state.counts["trained_on"][name] = fit_once(spec, state, name, fit)["trained_on"]
+    return model_dir
+
+
+def copy_trained_model(trained: Path, model_dir: Path, name: str) -> dict[str, Any]:
+    """A teacher model given as already trained is copied, so the run directory stays whole. When it comes from
+    an earlier run, that run's progress.json says what it was trained on."""
+    log.info("%s: copying the trained model at %s, no fit", name, trained)
+    shutil.copytree(trained, model_dir)
     source_progress = trained.resolve().parent.parent / PROGRESS_FILE
     fits = json.loads(source_progress.read_text(encoding="utf-8")) if source_progress.is_file() else {}
-    return {"trained_on": fits.get("cross_encoder", {}).get("trained_on")}
+    return {"trained_on": fits.get(name, {}).get("trained_on")}
 
 
-def evaluate_models(spec: JobSpec, state: RunState, bi_encoders: list[str], eval_set: GoldData) -> None:
-    """Every model on the dev and test split, each evaluation a Ray task: the cross-encoder, the bi-encoders
-    in models/, the untrained zero-shot bi-encoder and the Jaccard baseline."""
+def score_members(spec: JobSpec, teacher: Teacher, table: pa.Table) -> list[np.ndarray]:
+    """Each teacher model's raw scores of a table's pairs, one Ray task per model."""
+    refs = [score_pairs_on_ray(m.kind, m.model, table, spec.evaluation.cpus, spec.evaluation.gpus) for m in teacher.members]
+    return [np.asarray(scores) for scores in ray.get(refs)]
+
+
+def calibrate_teacher(
+    spec: JobSpec, state: RunState, teacher: Teacher, calibration: GoldData, scored: tuple[pa.Table, list[np.ndarray]] | None = None
+) -> Teacher:
+    """A bi-encoder or ensemble teacher's models mapped onto the gold scale, fitted on ``calibration``'s
+    teacher.calibration split (``scored``: a split whose member scores are known); saved as models/teacher.json."""
+    if teacher.kind != "cross-encoder":
+        split = calibration.split(spec.teacher.calibration)
+        scores = scored[1] if scored is not None and scored[0] is split else score_members(spec, teacher, split)
+        teacher = teacher.calibrated(scores, split.column("label").to_numpy())
+    teacher.save(state.run_dir / "models")
+    return teacher
+
+
+def check_teacher(spec: JobSpec, state: RunState, teacher: Teacher, calibration: GoldData, student_dir: Path, dev: pa.Table) -> Teacher:
+    """The teacher gate, before any labeling: calibrates the teacher (calibrate_teacher), then scores it and the
+    gold-only student on ``dev``. A teacher that is not better warns, or with
+    labeling.require_better_teacher stops the run: its silver labels would teach the student nothing it lacks."""
+    dev_labels = dev.column("label").to_numpy().astype(np.float64)
+    student_ref = score_pairs_on_ray("bi_encoder", str(student_dir), dev, spec.evaluation.cpus, spec.evaluation.gpus)
+    dev_scores = score_members(spec, teacher, dev)
+    teacher = calibrate_teacher(spec, state, teacher, calibration, scored=(dev, dev_scores))
+    teacher_dev = dev_metric(spec.evaluation_task, teacher.combine(dev_scores), dev_labels)
+    student_dev = dev_metric(spec.evaluation_task, np.asarray(ray.get(student_ref)), dev_labels)
+    state.teacher = {
+        "kind": teacher.kind, "labeler": teacher.labeler, "teacher_dev": round(teacher_dev, 4),
+        "student": student_dir.name, "student_dev": round(student_dev, 4), "better": teacher_dev > student_dev,
+        "members": [{"kind": m.kind, "model": Path(m.model).name, "scale": m.scale, "shift": m.shift} for m in teacher.members],
+    }
+    verdict = (f"teacher ({teacher.kind}) dev {teacher_dev:.2f} vs {student_dir.name} (gold only) dev {student_dev:.2f}: "
+               f"{'better' if teacher_dev > student_dev else 'NOT better'} by {teacher_dev - student_dev:+.2f}")
+    if teacher_dev > student_dev:
+        log.info("teacher gate: %s", verdict)
+    elif spec.labeling.require_better_teacher:
+        raise SpecError(f"teacher gate: {verdict}; silver labels from it would not help (labeling.require_better_teacher)")
+    else:
+        log.warning("teacher gate: %s; its silver labels are unlikely to help (a stronger teacher: teacher.kind, cross_encoder.model)", verdict)
+    return teacher
+
+
+def evaluate_models(spec: JobSpec, state: RunState, teacher: Teacher, bi_encoders: list[str], eval_set: GoldData) -> None:
+    """Every model on the dev and test split, each evaluation a Ray task: the teacher's models (and an ensemble
+    teacher itself), the bi-encoders in models/, the untrained zero-shot bi-encoder and the Jaccard baseline."""
     models_dir = state.run_dir / "models"
-    jobs = {"cross_encoder": ("cross_encoder", str(models_dir / "cross_encoder"))}
+    jobs = {Path(m.model).name: (m.kind, m.model) for m in teacher.members}
+    if len(teacher.members) > 1:
+        jobs["teacher"] = ("teacher", str(models_dir / TEACHER_FILE))
     jobs.update({name: ("bi_encoder", str(models_dir / name)) for name in bi_encoders})
     jobs["zero_shot"] = ("bi_encoder", resolve_model(spec.evaluation.zero_shot_model))
     jobs["jaccard"] = ("jaccard", None)
@@ -373,7 +447,7 @@ def run_job(spec: JobSpec, data_dir: str | Path | None = None, resume: Path | No
 def run_in_domain(spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None) -> Path:
     """Run the whole in-domain method and return the run directory."""
     state = start_run(spec, resume)
-    total_stages = 7
+    total_stages = 8
     models_dir = state.run_dir / "models"
     started = time.perf_counter()
 
@@ -381,17 +455,20 @@ def run_in_domain(spec: JobSpec, data_dir: str | Path | None = None, resume: Pat
         gold = read_gold(spec, state, data_dir)
     gold_file = (str(state.run_dir / "gold" / "train.parquet"), "label")
 
-    with state.stage("train cross-encoder", total_stages):
-        cross_encoder_dir = train_cross_encoder(spec, state, gold, gold_file)
+    with state.stage(f"train the {spec.teacher.kind} teacher", total_stages):
+        teacher = train_teacher(spec, state, gold, gold_file)
 
     with state.stage("train SBERT on gold", total_stages):
         # before sampling: semantic search embeds with the gold-trained bi-encoder, as in the paper
         training_sets = {"sbert": [gold_file]}
         train_bi_encoder(spec, state, "sbert", training_sets["sbert"])
 
+    with state.stage("teacher gate: teacher vs SBERT on dev", total_stages):
+        teacher = check_teacher(spec, state, teacher, gold, models_dir / "sbert", gold.dev)
+
     with state.stage("sample and label candidates", total_stages):
-        silver_dirs, histograms = make_silver(spec, state, CandidateSource.in_domain(gold), cross_encoder_dir, models_dir / "sbert")
-        state.tuning_silver = silver_by_top_k(spec, state, gold, cross_encoder_dir, models_dir / "sbert", silver_dirs)
+        silver_dirs, histograms = make_silver(spec, state, CandidateSource.in_domain(gold), teacher, models_dir / "sbert")
+        state.tuning_silver = silver_by_top_k(spec, state, gold, teacher, models_dir / "sbert", silver_dirs)
 
     with state.stage("train AugSBERT bi-encoders", total_stages):
         for strategy, silver_dir in silver_dirs.items():
@@ -400,18 +477,18 @@ def run_in_domain(spec: JobSpec, data_dir: str | Path | None = None, resume: Pat
             train_bi_encoder(spec, state, name, training_sets[name])
 
     with state.stage("evaluate", total_stages):
-        evaluate_models(spec, state, list(training_sets), gold)
+        evaluate_models(spec, state, teacher, list(training_sets), gold)
 
     with state.stage("report", total_stages):
         write_outputs(spec, state, started, train_labels(gold), histograms)
     return state.run_dir
 
 
-def given_target_pairs(spec: JobSpec, state: RunState, target: GoldData, cross_encoder_dir: Path) -> tuple[dict[str, Path], dict[str, np.ndarray]]:
+def given_target_pairs(spec: JobSpec, state: RunState, target: GoldData, teacher: Teacher) -> tuple[dict[str, Path], dict[str, np.ndarray]]:
     """The target's train pairs as given, labels dropped: de-duplicated, and never a dev or test pair."""
     candidates, counts = given_pairs(target.train, [target.dev, target.test])
     state.counts.update(candidates={}, labeled={}, kept={}, given_pairs=counts)
-    silver_dir = label_candidates(spec, state, "given", candidates, cross_encoder_dir)
+    silver_dir = label_candidates(spec, state, "given", candidates, teacher)
     histogram = score_histogram(ray.data.read_parquet(str(silver_dir)), spec.sampling.kde_bins)
     reference = train_labels(target)  # the target's gold labels, for the diagnostics only
     state.sampling = {"given": silver_diagnostics(reference, candidates.num_rows, histogram)}
@@ -435,7 +512,7 @@ def run_domain_transfer(spec: JobSpec, data_dir: str | Path | None = None, resum
     every model is scored on the target's test split."""
     assert spec.target is not None
     state = start_run(spec, resume)
-    total_stages = 7
+    total_stages = 8
     models_dir = state.run_dir / "models"
     started = time.perf_counter()
 
@@ -444,8 +521,8 @@ def run_domain_transfer(spec: JobSpec, data_dir: str | Path | None = None, resum
         target = read_target(spec, state, data_dir)
     source_file = (str(state.run_dir / "gold" / "train.parquet"), "label")
 
-    with state.stage("train cross-encoder on the source", total_stages):
-        cross_encoder_dir = train_cross_encoder(spec, state, source, source_file)
+    with state.stage(f"train the {spec.teacher.kind} teacher on the source", total_stages):
+        teacher = train_teacher(spec, state, source, source_file)
 
     with state.stage("train SBERT on source gold (and target gold)", total_stages):
         training_sets = {"sbert_source": [source_file]}
@@ -454,12 +531,16 @@ def run_domain_transfer(spec: JobSpec, data_dir: str | Path | None = None, resum
         for name, files in training_sets.items():
             train_bi_encoder(spec, state, name, files)
 
+    with state.stage("teacher gate: teacher vs SBERT-source on the target dev", total_stages):
+        # mapped onto the source's gold scale, compared where the silver labels will be used
+        teacher = check_teacher(spec, state, teacher, source, models_dir / "sbert_source", target.dev)
+
     with state.stage("sample and label target candidates", total_stages):
         if spec.target.candidates == "pairs":
-            silver_dirs, histograms = given_target_pairs(spec, state, target, cross_encoder_dir)
+            silver_dirs, histograms = given_target_pairs(spec, state, target, teacher)
         else:
             silver_dirs, histograms = make_silver(
-                spec, state, target_candidate_source(spec, target, source), cross_encoder_dir, models_dir / "sbert_source"
+                spec, state, target_candidate_source(spec, target, source), teacher, models_dir / "sbert_source"
             )
 
     with state.stage("train AugSBERT on target silver", total_stages):
@@ -469,7 +550,7 @@ def run_domain_transfer(spec: JobSpec, data_dir: str | Path | None = None, resum
             train_bi_encoder(spec, state, name, training_sets[name])
 
     with state.stage("evaluate on the target", total_stages):
-        evaluate_models(spec, state, list(training_sets), target)
+        evaluate_models(spec, state, teacher, list(training_sets), target)
 
     with state.stage("report", total_stages):
         write_outputs(spec, state, started, transfer_reference_labels(target, source), histograms)

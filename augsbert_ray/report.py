@@ -10,6 +10,8 @@ from augsbert_ray.config import JobSpec, dump_spec
 
 MODEL_TITLES = {
     "cross_encoder": "Cross-encoder (upper bound)",
+    "teacher_bi_encoder": "Bi-encoder teacher (fine-tuned on gold)",
+    "teacher": "Ensemble teacher",
     "sbert": "SBERT (gold only)",
     "sbert_source": "SBERT-source (lower bound)",
     "sbert_target": "SBERT-target (upper bound, target gold)",
@@ -73,6 +75,12 @@ def write_report(spec: JobSpec, metrics: dict[str, Any], path: Path) -> None:
     for name in metrics["test"]:
         title = MODEL_TITLES.get(name, name)
         lines.append(f"| {title} | {metrics['dev'][name]:.2f} | {metrics['test'][name]:.2f} | {trained_on.get(name) or ''} |")
+    gate = metrics.get("teacher")
+    if gate:
+        verdict = "better" if gate["better"] else "NOT better: its silver labels are unlikely to help"
+        lines += ["", f"Teacher gate (before labeling): {gate['kind']} teacher dev {gate['teacher_dev']:.2f} vs "
+                      f"{MODEL_TITLES.get(gate['student'], gate['student'])} dev {gate['student_dev']:.2f}: {verdict} "
+                      f"({gate['teacher_dev'] - gate['student_dev']:+.2f}). Silver labeler: `{gate['labeler']}`."]
     baseline = next((name for name in ("sbert", "sbert_source") if name in metrics["test"]), None)
     if baseline:
         lines += ["", f"Silver data effect on test (AugSBERT minus {MODEL_TITLES[baseline]}):", ""]

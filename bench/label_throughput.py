@@ -37,7 +37,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from augsbert_ray.config import LabelingSpec, SamplingSpec  # noqa: E402
-from augsbert_ray.labeling import LabelJob, label_files  # noqa: E402
+from augsbert_ray.labeling import LabelJob, Teacher, label_files  # noqa: E402
 from augsbert_ray.models import resolve_model  # noqa: E402
 from augsbert_ray.sampling import SentencePool, candidate_table  # noqa: E402
 
@@ -118,7 +118,7 @@ def engine_run(model: str, input_file: Path, output: Path, precision: str, runti
     (read, tokenize, score, write), which leaves out Ray's start, the model load and the ONNX export."""
     spec = LabelingSpec(batch_size=64, cpus_per_actor=THREADS, precision=precision, runtime=runtime, shard_rows=5_000)
     start = time.perf_counter()
-    result = label_files(str(input_file), output, LabelJob(model, "bench", spec))
+    result = label_files(str(input_file), output, LabelJob(Teacher.cross_encoder(model), spec, "bench"))
     seconds = time.perf_counter() - start
     shards = json.loads(result.manifest.read_text())["shards"].values()
     return seconds, {**result.totals, "shard_seconds": sum(shard["seconds"] for shard in shards)}

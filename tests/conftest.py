@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -49,4 +50,32 @@ def tiny_cross_encoder(tiny_model: Path, tmp_path_factory: pytest.TempPathFactor
     torch.manual_seed(0)
     directory = tmp_path_factory.mktemp("tiny_cross_encoder")
     CrossEncoder(str(tiny_model), num_labels=1).save_pretrained(str(directory))
+    return directory
+
+
+@pytest.fixture(scope="session")
+def minilm_with_trained_head(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """MiniLM with its one-logit head fitted in closed form (ridge, lambda 10, on the pooled output) to STSb labels:
+    scores that vary like a trained cross-encoder's. A random head on a random tiny BERT scores every pair
+    within ~1e-5 of the others, which no int8 path can rank."""
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    from augsbert_ray.models import resolve_model
+
+    torch.manual_seed(0)
+    model = CrossEncoder(resolve_model("minilm"), num_labels=1)
+    lines = (data_dir / "stsb" / "sts-dev.csv").read_text(encoding="utf-8").splitlines()[:256]
+    pairs, labels = [tuple(line.split("\t")[5:7]) for line in lines], np.array([float(line.split("\t")[4]) / 5 for line in lines])
+    hf_model = model[0].auto_model
+    with torch.inference_mode():
+        features = model.tokenizer([a for a, _ in pairs], [b for _, b in pairs], padding=True, return_tensors="pt")
+        pooled = hf_model.bert(**features).pooler_output.double().numpy()
+    centered = pooled - pooled.mean(0)
+    weights = np.linalg.solve(centered.T @ centered + 10 * np.eye(centered.shape[1]), centered.T @ (labels - labels.mean()))
+    with torch.no_grad():
+        hf_model.classifier.weight.copy_(torch.from_numpy(weights * 4).float()[None])
+        hf_model.classifier.bias.fill_(float(-(pooled.mean(0) @ weights) * 4))
+    directory = tmp_path_factory.mktemp("minilm_trained_head")
+    model.save_pretrained(str(directory))
     return directory

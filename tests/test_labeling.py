@@ -18,7 +18,7 @@ import pytest
 
 from augsbert_ray.cli import main
 from augsbert_ray.config import LabelingSpec
-from augsbert_ray.labeling import LabelJob, label_files
+from augsbert_ray.labeling import LabelJob, Teacher, label_files
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,7 +41,7 @@ def test_scores_equal_a_direct_model_call(runtime: str, ray_session, tiny_cross_
     pairs = stsb_pairs(data_dir, 600)
     pq.write_table(pair_table(pairs), tmp_path / "pairs.parquet", row_group_size=150)
     spec = LabelingSpec(batch_size=32, min_actors=1, max_actors=2, shard_rows=150, runtime=runtime)
-    result = label_files(str(tmp_path / "pairs.parquet"), tmp_path / "silver", LabelJob(str(tiny_cross_encoder), "tiny@test", spec))
+    result = label_files(str(tmp_path / "pairs.parquet"), tmp_path / "silver", LabelJob(Teacher.cross_encoder(str(tiny_cross_encoder)), spec, "tiny@test"))
     silver = pq.read_table(tmp_path / "silver").sort_by("pair_id")
 
     assert (result.pairs_in, result.labeled, result.shards) == (600, 600, 4)
@@ -65,7 +65,7 @@ def test_counts_add_up_with_rejects_and_truncation(ray_session, tiny_cross_encod
     path.write_text("".join(json.dumps({"sentence1": a, "sentence2": b, "pair_id": i}) + "\n" for i, (a, b) in enumerate(pairs)))
 
     spec = LabelingSpec(batch_size=16, shard_rows=64, max_seq_length=32)
-    result = label_files(str(path), tmp_path / "silver", LabelJob(str(tiny_cross_encoder), "tiny@test", spec))
+    result = label_files(str(path), tmp_path / "silver", LabelJob(Teacher.cross_encoder(str(tiny_cross_encoder)), spec, "tiny@test"))
 
     assert (result.pairs_in, result.labeled, result.totals["rejected"]) == (200, 197, 3)
     assert result.totals["truncated"] >= 1
@@ -145,34 +145,6 @@ def test_bad_input_gives_one_clear_error(case: str, ray_session, tiny_cross_enco
     assert not list((tmp_path / "out").glob("part-*")), "no work may start on bad input"
 
 
-@pytest.fixture(scope="module")
-def minilm_with_trained_head(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """MiniLM with its one-logit head fitted in closed form (ridge, lambda 10, on the pooled output) to STSb labels:
-    scores that vary like a trained cross-encoder's. A random head on a random tiny BERT scores every pair
-    within ~1e-5 of the others, which no int8 path can rank."""
-    import torch
-    from sentence_transformers import CrossEncoder
-
-    from augsbert_ray.models import resolve_model
-
-    torch.manual_seed(0)
-    model = CrossEncoder(resolve_model("minilm"), num_labels=1)
-    lines = (data_dir / "stsb" / "sts-dev.csv").read_text(encoding="utf-8").splitlines()[:256]
-    pairs, labels = [tuple(line.split("\t")[5:7]) for line in lines], np.array([float(line.split("\t")[4]) / 5 for line in lines])
-    hf_model = model[0].auto_model
-    with torch.inference_mode():
-        features = model.tokenizer([a for a, _ in pairs], [b for _, b in pairs], padding=True, return_tensors="pt")
-        pooled = hf_model.bert(**features).pooler_output.double().numpy()
-    centered = pooled - pooled.mean(0)
-    weights = np.linalg.solve(centered.T @ centered + 10 * np.eye(centered.shape[1]), centered.T @ (labels - labels.mean()))
-    with torch.no_grad():
-        hf_model.classifier.weight.copy_(torch.from_numpy(weights * 4).float()[None])
-        hf_model.classifier.bias.fill_(float(-(pooled.mean(0) @ weights) * 4))
-    directory = tmp_path_factory.mktemp("minilm_trained_head")
-    model.save_pretrained(str(directory))
-    return directory
-
-
 def test_int8_labels_correlate_with_fp32(ray_session, minilm_with_trained_head: Path, data_dir: Path, tmp_path: Path) -> None:
     from scipy.stats import spearmanr
 
@@ -181,7 +153,7 @@ def test_int8_labels_correlate_with_fp32(ray_session, minilm_with_trained_head: 
     scores = {}
     for precision in ("fp32", "int8"):
         spec = LabelingSpec(batch_size=32, cpus_per_actor=2, precision=precision)
-        label_files(str(tmp_path / "pairs.parquet"), tmp_path / precision, LabelJob(str(minilm_with_trained_head), "m", spec))
+        label_files(str(tmp_path / "pairs.parquet"), tmp_path / precision, LabelJob(Teacher.cross_encoder(str(minilm_with_trained_head)), spec, "m"))
         scores[precision] = pq.read_table(tmp_path / precision).sort_by("pair_id").column("score").to_numpy()
     assert np.std(scores["fp32"]) > 0.05
     assert spearmanr(scores["int8"], scores["fp32"])[0] >= 0.99

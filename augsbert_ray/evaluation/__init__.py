@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -11,9 +12,10 @@ import ray
 
 from augsbert_ray.config import TaskType
 from augsbert_ray.evaluation.metrics import auc_at_fpr, best_threshold, f1_at, jaccard_scores, spearman_x100
+from augsbert_ray.labeling.teacher import Teacher
 from augsbert_ray.runtime import configure_torch_threads
 
-ScorerKind = Literal["bi_encoder", "cross_encoder", "jaccard"]
+ScorerKind = Literal["bi_encoder", "cross_encoder", "teacher", "jaccard"]
 
 
 @dataclass
@@ -31,9 +33,13 @@ class Evaluation:
 
 
 def score_pairs(kind: ScorerKind, model: str | None, sentences1: list[str], sentences2: list[str], threads: int = 1) -> np.ndarray:
-    """Similarity of each pair: cosine of bi-encoder embeddings, cross-encoder output, or Jaccard."""
+    """Similarity of each pair: cosine of bi-encoder embeddings, cross-encoder output, a teacher's score (``model``
+    is its teacher.json), or Jaccard."""
     if kind == "jaccard":
         return jaccard_scores(sentences1, sentences2)
+    if kind == "teacher":
+        teacher = Teacher.load(Path(str(model)))
+        return teacher.combine([score_pairs(m.kind, m.model, sentences1, sentences2, threads) for m in teacher.members])
     configure_torch_threads(threads)
     if kind == "cross_encoder":
         from sentence_transformers import CrossEncoder
@@ -45,6 +51,20 @@ def score_pairs(kind: ScorerKind, model: str | None, sentences1: list[str], sent
     a = encoder.encode(sentences1, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
     b = encoder.encode(sentences2, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
     return np.sum(a * b, axis=1)
+
+
+def dev_metric(task: TaskType, scores: np.ndarray, labels: np.ndarray) -> float:
+    """The task's main metric on one split: Spearman x100, or F1 x100 at the threshold best on that split."""
+    if task == "regression":
+        return spearman_x100(scores, labels)
+    return f1_at(scores, labels, best_threshold(scores, labels))
+
+
+def score_pairs_on_ray(kind: ScorerKind, model: str | None, table: pa.Table, cpus: float, gpus: float) -> "ray.ObjectRef[np.ndarray]":
+    """``score_pairs`` over a table's pairs, as a Ray task."""
+    sentences1, sentences2, _ = _columns(table)
+    remote = ray.remote(num_cpus=cpus, num_gpus=gpus)(score_pairs)
+    return remote.remote(kind, model, sentences1, sentences2, max(1, int(cpus)))
 
 
 def metrics_from_scores(
@@ -86,11 +106,13 @@ __all__ = [
     "Evaluation",
     "auc_at_fpr",
     "best_threshold",
+    "dev_metric",
     "evaluate",
     "evaluate_on_ray",
     "f1_at",
     "jaccard_scores",
     "metrics_from_scores",
     "score_pairs",
+    "score_pairs_on_ray",
     "spearman_x100",
 ]

@@ -1,5 +1,6 @@
-"""The model inside a labeling actor: a sentence-transformers CrossEncoder run by torch (fp32, or bf16/fp16
-autocast), or its ONNX export run by ONNX Runtime on CPU, at fp32 or quantized to int8.
+"""The models inside a labeling actor: a sentence-transformers CrossEncoder run by torch (fp32, or bf16/fp16
+autocast), or its ONNX export run by ONNX Runtime on CPU, at fp32 or quantized to int8; and a bi-encoder
+(SentenceTransformer) run by torch, which scores a pair by the cosine of its two embeddings.
 
 ONNX Runtime is the CPU default (runtime "auto"): on this project's 2-core CPU its fp32 session scored MiniLM
 pairs about twice as fast as torch eager, with scores equal to 1e-7 (docs/BENCHMARKS.md). int8 uses ONNX
@@ -23,7 +24,6 @@ import numpy as np
 
 from augsbert_ray.runtime import configure_torch_threads
 
-PRECISIONS = ("fp32", "bf16", "fp16", "int8")
 ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 CALIBRATION_PAIRS = 256  # int8: pairs whose activations set the smoothing scales
 SMOOTHING_ALPHA = 0.8  # how much of an input channel's range moves into the weights (SmoothQuant's alpha)
@@ -76,6 +76,37 @@ class PairModel:
         with torch.inference_mode():
             scores = self.activation(logits) if self.activation is not None else logits
         return scores.reshape(len(scores), -1)[:, 0].cpu().numpy().astype(np.float32)
+
+
+class EmbeddingModel:
+    """Scores pairs of sentences by the cosine of their bi-encoder embeddings. One per actor; loaded once."""
+
+    def __init__(self, model: str, precision: str, threads: int, max_seq_length: int | None) -> None:
+        configure_torch_threads(threads)
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        if precision == "fp16" and self.device == "cpu":
+            raise ValueError("precision fp16 needs a GPU actor")
+        if precision == "int8":
+            raise ValueError("precision int8 is for cross-encoder teachers (ONNX Runtime); a bi-encoder runs fp32, bf16 or fp16")
+        self.encoder = SentenceTransformer(model, device=self.device)
+        if max_seq_length:
+            self.encoder.max_seq_length = max_seq_length
+        self.tokenizer = self.encoder.tokenizer
+        self.max_length = self.encoder.max_seq_length
+        self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+
+    def score(self, first: list[str], second: list[str], batch_size: int) -> np.ndarray:
+        import torch
+
+        autocast = torch.autocast(self.device, dtype=self.dtype) if self.dtype else contextlib.nullcontext()
+        with torch.inference_mode(), autocast:
+            embeddings = self.encoder.encode(first + second, batch_size=batch_size, normalize_embeddings=True,
+                                             convert_to_numpy=True, show_progress_bar=False)
+        embeddings = embeddings.astype(np.float32)
+        return np.sum(embeddings[: len(first)] * embeddings[len(first) :], axis=1)
 
 
 def _onnx_session(pair_model: PairModel, model: str, threads: int, cache_dir: Path | None, calibration_pairs: list[tuple[str, str]] | None):

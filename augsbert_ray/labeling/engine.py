@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import ray.data
 from augsbert_ray.config import LabelingSpec, SpecError
 from augsbert_ray.labeling.plan import Shard, expand_inputs, input_format, plan_shards
 from augsbert_ray.labeling.scorer import STATS_KEY, ShardLabeler, calibration_pairs
+from augsbert_ray.labeling.teacher import Teacher
 from augsbert_ray.runtime import init_ray, log
 
 MANIFEST = "_manifest.json"
@@ -56,14 +57,24 @@ class LabelResult:
 
 @dataclass
 class LabelJob:
-    """Everything that decides the labels; its key must match to resume into an existing output."""
+    """Everything that decides the labels; its key must match to resume into an existing output.
 
-    model: str
-    labeler: str
+    Args:
+        teacher: the model(s) that score each pair, e.g. ``Teacher.cross_encoder(model_dir)``.
+        spec: batch size, actor pool, precision and shard size.
+        labeler: the provenance written into every silver pair; default ``teacher.labeler``.
+        text_columns: the two sentence columns of the input.
+        strategy: the ``strategy`` value of pairs whose input has no such column.
+    """
+
+    teacher: Teacher
     spec: LabelingSpec
+    labeler: str = ""
     text_columns: tuple[str, str] = ("sentence1", "sentence2")
     strategy: str = "given"
-    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.labeler = self.labeler or self.teacher.labeler
 
     def key(self, shards: list[Shard]) -> dict[str, Any]:
         files = sorted({shard.path for shard in shards})
@@ -175,7 +186,10 @@ def label_files(
     output = Path(output).resolve()
     files = expand_inputs(inputs)
     fmt = input_format(files, fmt)
-    check_model(job.model)
+    for member in job.teacher.members:
+        check_model(member.model)
+    if job.spec.precision == "int8" and any(member.kind == "bi_encoder" for member in job.teacher.members):
+        raise SpecError("--precision int8 quantizes cross-encoders only; a teacher with a bi-encoder runs fp32, bf16 or fp16")
     shards = plan_shards(files, fmt, job.text_columns, job.spec.shard_rows)
     init_ray(address)
     check_resources(job.spec)
@@ -209,7 +223,7 @@ def _pipeline(pending: list[Shard], output: Path, job: LabelJob, calibration: li
     return names.map_batches(
         ShardLabeler,
         fn_constructor_kwargs={
-            "shards": pending, "output": str(output), "model": job.model, "labeler": job.labeler,
+            "shards": pending, "output": str(output), "teacher": job.teacher, "labeler": job.labeler,
             "text_columns": tuple(job.text_columns), "batch_size": spec.batch_size,
             "threads": spec.threads_per_actor or max(1, int(spec.cpus_per_actor)),
             "precision": spec.precision, "runtime": spec.runtime, "max_seq_length": spec.max_seq_length, "strategy": job.strategy,

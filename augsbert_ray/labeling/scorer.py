@@ -19,8 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from augsbert_ray.data.rejects import Reject
-from augsbert_ray.labeling.backend import CALIBRATION_PAIRS, PairModel
+from augsbert_ray.labeling.backend import CALIBRATION_PAIRS, EmbeddingModel, PairModel
 from augsbert_ray.labeling.plan import Shard, read_shard
+from augsbert_ray.labeling.teacher import Teacher
 
 WINDOW = 4096  # pairs sorted by length together; bounds actor memory and padding
 STATS_KEY = b"augsbert.label"
@@ -69,19 +70,79 @@ def calibration_pairs(shards: list[Shard], text_columns: tuple[str, str], count:
     return pairs
 
 
+class PairScorer:
+    """A cross-encoder over a window of pairs: tokenize inside the actor, sort by token length, score in batches."""
+
+    def __init__(self, model: PairModel, batch_size: int) -> None:
+        self.model, self.batch_size = model, batch_size
+        self.pad_id = model.tokenizer.pad_token_id or 0
+
+    def score(self, first: list[str], second: list[str], stats: dict[str, Any]) -> np.ndarray:
+        encoded = self.model.tokenizer(first, second, truncation="longest_first", max_length=self.model.max_length)
+        stats["truncated"] += sum(1 for encoding in encoded.encodings if encoding.overflowing)
+        ids = encoded["input_ids"]
+        lengths = np.fromiter((len(row) for row in ids), dtype=np.int64, count=len(ids))
+        count_tokens(stats, lengths)
+        order = np.argsort(lengths, kind="stable")
+        scores = np.empty(len(ids), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            features = self.pad(encoded, rows, int(lengths[rows].max()))
+            stats["padded_tokens"] += features["input_ids"].size
+            scores[rows] = self.model.score(features)
+        return scores
+
+    def pad(self, encoded, rows: np.ndarray, width: int) -> dict[str, np.ndarray]:
+        features = {}
+        for name in self.model.input_names:
+            fill = self.pad_id if name == "input_ids" else 0
+            array = np.full((len(rows), width), fill, dtype=np.int64)
+            for out_row, row in enumerate(rows):
+                values = encoded[name][row]
+                array[out_row, : len(values)] = values
+            features[name] = array
+        return features
+
+
+class EmbeddingScorer:
+    """A bi-encoder over a window of pairs: each sentence embedded once (sentence-transformers sorts by length),
+    the pair scored by cosine. A pair counts as truncated when either sentence is."""
+
+    def __init__(self, model: EmbeddingModel, batch_size: int) -> None:
+        self.model, self.batch_size = model, batch_size
+
+    def score(self, first: list[str], second: list[str], stats: dict[str, Any]) -> np.ndarray:
+        lengths = np.array([len(ids) for ids in self.model.tokenizer(first + second)["input_ids"]], dtype=np.int64)
+        limit = self.model.max_length
+        stats["truncated"] += int(np.sum((lengths[: len(first)] > limit) | (lengths[len(first) :] > limit)))
+        lengths = np.minimum(lengths, limit)
+        count_tokens(stats, lengths)
+        stats["padded_tokens"] += int(lengths.sum())
+        return self.model.score(first, second, self.batch_size)
+
+
+def count_tokens(stats: dict[str, Any], lengths: np.ndarray) -> None:
+    stats["tokens"] += int(lengths.sum())
+    stats["tokens_sq"] += int((lengths**2).sum())
+
+
 class ShardLabeler:
-    """Ray Data class UDF: the model is loaded once per actor; each row of a batch names a shard to label."""
+    """Ray Data class UDF: the teacher's models are loaded once per actor; each row of a batch names a shard to label."""
 
     def __init__(
-        self, shards: list[Shard], output: str, model: str, labeler: str, text_columns: tuple[str, str],
+        self, shards: list[Shard], output: str, teacher: Teacher, labeler: str, text_columns: tuple[str, str],
         batch_size: int, threads: int, precision: str, runtime: str, max_seq_length: int | None, strategy: str,
         calibration: list[tuple[str, str]] | None = None,
     ) -> None:
         self.shards = {shard.name: shard for shard in shards}
         self.output = Path(output)
-        self.model = PairModel(model, precision, threads, max_seq_length, self.output / "_onnx", runtime, calibration)
-        self.labeler, self.text_columns, self.batch_size, self.strategy = labeler, text_columns, batch_size, strategy
-        self.pad_id = self.model.tokenizer.pad_token_id or 0
+        self.teacher = teacher
+        self.scorers = [
+            PairScorer(PairModel(m.model, precision, threads, max_seq_length, self.output / "_onnx", runtime, calibration), batch_size)
+            if m.kind == "cross_encoder" else EmbeddingScorer(EmbeddingModel(m.model, precision, threads, max_seq_length), batch_size)
+            for m in teacher.members
+        ]
+        self.labeler, self.text_columns, self.strategy = labeler, text_columns, strategy
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
         stats = [self.label_shard(self.shards[name]) for name in batch["shard"].tolist()]
@@ -114,35 +175,12 @@ class ShardLabeler:
         return stats
 
     def score_window(self, table: pa.Table, stats: dict[str, Any]) -> np.ndarray:
-        """Tokenize inside the actor, sort by token length, score in batches, return scores in row order."""
+        """The teacher's scores in row order; the first model's tokenization is what ``stats`` counts."""
         first, second = (table.column(name).to_pylist() for name in self.text_columns)
         if not first:
             return np.zeros(0, dtype=np.float32)
-        encoded = self.model.tokenizer(first, second, truncation="longest_first", max_length=self.model.max_length)
-        stats["truncated"] += sum(1 for encoding in encoded.encodings if encoding.overflowing)
-        ids = encoded["input_ids"]
-        lengths = np.fromiter((len(row) for row in ids), dtype=np.int64, count=len(ids))
-        stats["tokens"] += int(lengths.sum())
-        stats["tokens_sq"] += int((lengths**2).sum())
-        order = np.argsort(lengths, kind="stable")
-        scores = np.empty(len(ids), dtype=np.float32)
-        for start in range(0, len(order), self.batch_size):
-            rows = order[start : start + self.batch_size]
-            features = self.pad(encoded, rows, int(lengths[rows].max()))
-            stats["padded_tokens"] += features["input_ids"].size
-            scores[rows] = self.model.score(features)
-        return scores
-
-    def pad(self, encoded, rows: np.ndarray, width: int) -> dict[str, np.ndarray]:
-        features = {}
-        for name in self.model.input_names:
-            fill = self.pad_id if name == "input_ids" else 0
-            array = np.full((len(rows), width), fill, dtype=np.int64)
-            for out_row, row in enumerate(rows):
-                values = encoded[name][row]
-                array[out_row, : len(values)] = values
-            features[name] = array
-        return features
+        counted = [stats, *({key: 0 for key in stats} for _ in self.scorers[1:])]
+        return self.teacher.combine([scorer.score(first, second, c) for scorer, c in zip(self.scorers, counted)])
 
     def with_scores(self, table: pa.Table, scores: np.ndarray, schema: pa.Schema) -> pa.Table:
         columns = {field.name: table.column(field.name) for field in schema if field.name in table.column_names and field.name not in OUTPUT_COLUMNS}

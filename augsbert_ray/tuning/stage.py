@@ -18,6 +18,7 @@ from augsbert_ray.tuning.search import Outcome, SearchSetup, search, training_ro
 
 if TYPE_CHECKING:
     from augsbert_ray.data import GoldData
+    from augsbert_ray.labeling import Teacher
     from augsbert_ray.pipeline import RunState
 
 SilverByK = dict[int, dict[str, Path]]
@@ -36,7 +37,7 @@ def with_sampling(spec: JobSpec, **changes: Any) -> JobSpec:
 
 
 def silver_by_top_k(
-    spec: JobSpec, state: RunState, gold: GoldData, cross_encoder_dir: Path, sbert_dir: Path, made: dict[str, Path]
+    spec: JobSpec, state: RunState, gold: GoldData, teacher: Teacher, sbert_dir: Path, made: dict[str, Path]
 ) -> SilverByK:
     """Candidates and silver labels for each tuning.top_k value, made once here and shared by every seed's
     trial. The spec's own sampling.top_k reuses the silver already in ``made``."""
@@ -54,7 +55,7 @@ def silver_by_top_k(
         k_state.run_dir.mkdir(parents=True, exist_ok=True)
         log.info("tuning: silver for top_k=%d (%s)", k, ", ".join(strategies))
         by_k[k], _ = make_silver(
-            with_sampling(spec, top_k=k, strategies=strategies), k_state, CandidateSource.in_domain(gold), cross_encoder_dir, sbert_dir
+            with_sampling(spec, top_k=k, strategies=strategies), k_state, CandidateSource.in_domain(gold), teacher, sbert_dir
         )
         state.counts.setdefault("tuning_silver", {})[f"top_k={k}"] = {key: k_state.counts.get(key) for key in ("candidates", "labeled")}
     return by_k
@@ -85,7 +86,9 @@ def run_tuning_job(spec: JobSpec, data_dir: str | Path | None = None, resume: Pa
     test scores of the chosen models -> tuning.md / tuning.json. With ``resume``, continues that unfinished
     run as `augsbert run --resume` does: finished fits and searches are reused, an unfinished search starts over."""
     from augsbert_ray.evaluation import evaluate_on_ray
-    from augsbert_ray.pipeline import CandidateSource, make_silver, read_gold, start_run, train_bi_encoder, train_cross_encoder
+    from augsbert_ray.pipeline import (
+        CandidateSource, calibrate_teacher, make_silver, read_gold, start_run, train_bi_encoder, train_teacher,
+    )
 
     if spec.tuning is None:
         raise SpecError("augsbert tune needs a 'tuning' section in the job spec (e.g. tuning: {seeds: 5})")
@@ -103,8 +106,8 @@ def run_tuning_job(spec: JobSpec, data_dir: str | Path | None = None, resume: Pa
     gold_file = (str(state.run_dir / "gold" / "train.parquet"), "label")
     state.counts["trained_on"] = {}
     if strategies:
-        with state.stage("train cross-encoder", stages):
-            cross_encoder_dir = train_cross_encoder(spec, state, gold, gold_file)
+        with state.stage(f"train the {spec.teacher.kind} teacher", stages):
+            teacher = calibrate_teacher(spec, state, train_teacher(spec, state, gold, gold_file), gold)
     if needs_sbert:
         with state.stage("tune SBERT" if "sbert" in tuned else "train SBERT on gold", stages):
             train_bi_encoder(spec, state, "sbert", [gold_file])
@@ -115,9 +118,9 @@ def run_tuning_job(spec: JobSpec, data_dir: str | Path | None = None, resume: Pa
             plain = [s for s in strategies if spec.tuning_top_ks(bi_encoder_name(s)) == [None]]
             if plain:
                 made, _ = make_silver(
-                    with_sampling(spec, strategies=plain), state, CandidateSource.in_domain(gold), cross_encoder_dir, models_dir / "sbert"
+                    with_sampling(spec, strategies=plain), state, CandidateSource.in_domain(gold), teacher, models_dir / "sbert"
                 )
-            state.tuning_silver = silver_by_top_k(spec, state, gold, cross_encoder_dir, models_dir / "sbert", made)
+            state.tuning_silver = silver_by_top_k(spec, state, gold, teacher, models_dir / "sbert", made)
         with state.stage("tune AugSBERT bi-encoders", stages):
             for strategy in strategies:
                 default = [gold_file, *silver_files(made[strategy])] if strategy in made else [gold_file]

@@ -1,0 +1,132 @@
+"""The teacher that makes silver labels: a cross-encoder, a bi-encoder (cosine of two embeddings), or an
+ensemble of both.
+
+A bi-encoder's cosine and a cross-encoder's sigmoid live on different scales, and a student trained on gold +
+silver needs silver on the gold scale. So every member of a bi-encoder or ensemble teacher is put on the gold
+scale by an affine map ``label ~ scale * score + shift``, fitted by least squares on gold pairs (dev by default:
+the members were trained on train, whose scores are over-confident). An ensemble's score is the mean of its
+members' mapped scores. A plain cross-encoder, trained on the gold scale already, is used as is.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from augsbert_ray.models import model_fingerprint
+
+MemberKind = Literal["cross_encoder", "bi_encoder"]
+TEACHER_FILE = "teacher.json"
+
+
+@dataclass(frozen=True)
+class TeacherMember:
+    """One model of a teacher and its affine map onto the gold scale."""
+
+    kind: MemberKind
+    model: str
+    scale: float = 1.0
+    shift: float = 0.0
+
+    @property
+    def is_identity(self) -> bool:
+        return self.scale == 1.0 and self.shift == 0.0
+
+    def mapped(self, scores: np.ndarray) -> np.ndarray:
+        return scores if self.is_identity else (self.scale * scores.astype(np.float64) + self.shift).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Teacher:
+    """The models that score candidate pairs, and how their scores are combined.
+
+    Args:
+        members: one cross-encoder, one bi-encoder, or several (an ensemble: the mean of mapped scores).
+
+    Example::
+
+        teacher = Teacher.cross_encoder("runs/x/models/cross_encoder")
+        teacher.labeler  # 'cross_encoder@3f2a9c01b7de', recorded in every silver pair
+    """
+
+    members: tuple[TeacherMember, ...]
+
+    def __post_init__(self) -> None:
+        if not self.members:
+            raise ValueError("a teacher needs at least one model")
+
+    @classmethod
+    def cross_encoder(cls, model: str) -> "Teacher":
+        return cls((TeacherMember("cross_encoder", model),))
+
+    @property
+    def kind(self) -> str:
+        if len(self.members) > 1:
+            return "ensemble"
+        return self.members[0].kind.replace("_", "-")
+
+    @property
+    def is_plain(self) -> bool:
+        """One model whose scores are used as they come (the labeling engine's original path)."""
+        return len(self.members) == 1 and self.members[0].is_identity
+
+    @property
+    def labeler(self) -> str:
+        """The silver provenance: each model's weights fingerprint, with its map when it has one."""
+        parts = [
+            model_fingerprint(m.model) + ("" if m.is_identity else f"*{m.scale:.6g}{m.shift:+.6g}") for m in self.members
+        ]
+        if self.is_plain and self.members[0].kind == "cross_encoder":
+            return parts[0]
+        return f"{self.kind}({' + '.join(parts)})" if len(parts) > 1 else f"bi-encoder({parts[0]})"
+
+    def combine(self, member_scores: Sequence[np.ndarray]) -> np.ndarray:
+        """The teacher's score from each member's raw scores (in ``members`` order)."""
+        if self.is_plain:
+            return member_scores[0]
+        mapped = [member.mapped(scores) for member, scores in zip(self.members, member_scores, strict=True)]
+        return np.mean(mapped, axis=0).astype(np.float32)
+
+    def calibrated(self, member_scores: Sequence[np.ndarray], labels: np.ndarray) -> "Teacher":
+        """Each member mapped onto the gold scale by least squares of ``labels`` on its scores."""
+        labels = np.asarray(labels, dtype=np.float64)
+        members = []
+        for member, scores in zip(self.members, member_scores, strict=True):
+            scores = np.asarray(scores, dtype=np.float64)
+            if np.ptp(scores) == 0:
+                raise ValueError(f"cannot calibrate {member.model}: it gives every calibration pair the same score")
+            scale, shift = np.polyfit(scores, labels, 1)
+            members.append(replace(member, scale=float(scale), shift=float(shift)))
+        return Teacher(tuple(members))
+
+    def save(self, directory: Path) -> Path:
+        """Write teacher.json into ``directory``; member paths inside it are stored relative to it."""
+        path = directory / TEACHER_FILE
+        members = [
+            {**asdict(m), "model": _relative_to(m.model, directory)} for m in self.members
+        ]
+        path.write_text(json.dumps({"kind": self.kind, "labeler": self.labeler, "members": members}, indent=1), encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> "Teacher":
+        """A teacher.json written by ``save`` (e.g. a run's models/teacher.json)."""
+        body = json.loads(path.read_text(encoding="utf-8"))
+        members = []
+        for item in body["members"]:
+            model = Path(item["model"])
+            members.append(TeacherMember(item["kind"], str(model if model.is_absolute() else (path.parent / model).resolve()),
+                                         float(item["scale"]), float(item["shift"])))
+        return cls(tuple(members))
+
+
+def _relative_to(model: str, directory: Path) -> str:
+    path = Path(model)
+    if path.is_absolute() and path.resolve().is_relative_to(directory.resolve()):
+        return str(path.resolve().relative_to(directory.resolve()))
+    return model

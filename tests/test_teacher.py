@@ -1,0 +1,180 @@
+"""Any teacher: bi-encoder and ensemble teachers through the labeling engine, their calibration, resume with an
+ensemble, the teacher gate, and a whole run with an ensemble teacher."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from augsbert_ray.cli import main
+from augsbert_ray.config import JobSpec, LabelingSpec, SpecError
+from augsbert_ray.data import GoldData
+from augsbert_ray.labeling import LabelJob, Teacher, TeacherMember, label_files
+from augsbert_ray.models import resolve_model
+from augsbert_ray.pipeline import RunState, check_teacher
+
+
+@pytest.fixture(scope="session")
+def tiny_bi_encoder(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny BERT with mean pooling, saved as a sentence-transformers bi-encoder dir."""
+    from sentence_transformers import SentenceTransformer
+
+    directory = tmp_path_factory.mktemp("tiny_bi_encoder")
+    SentenceTransformer(str(tiny_model)).save(str(directory))
+    return directory
+
+
+def stsb_table(data_dir: Path, split: str, count: int) -> pa.Table:
+    rows = [line.split("\t") for line in (data_dir / "stsb" / f"sts-{split}.csv").read_text(encoding="utf-8").splitlines()[:count]]
+    return pa.table({
+        "sentence1": [row[5] for row in rows], "sentence2": [row[6] for row in rows],
+        "label": np.array([float(row[4]) / 5 for row in rows]), "pair_id": np.arange(len(rows)),
+    })
+
+
+def direct_scores(member: TeacherMember, pairs: pa.Table) -> np.ndarray:
+    """A teacher model's raw scores computed with sentence-transformers alone, outside the engine."""
+    from sentence_transformers import CrossEncoder, SentenceTransformer
+
+    first, second = pairs.column("sentence1").to_pylist(), pairs.column("sentence2").to_pylist()
+    if member.kind == "cross_encoder":
+        return CrossEncoder(member.model).predict(list(zip(first, second)), batch_size=64)
+    encoder = SentenceTransformer(member.model)
+    a, b = encoder.encode(first, normalize_embeddings=True), encoder.encode(second, normalize_embeddings=True)
+    return np.sum(a * b, axis=1)
+
+
+@pytest.fixture
+def ensemble(minilm_with_trained_head: Path, data_dir: Path) -> Teacher:
+    """MiniLM as a cross-encoder (head fitted to STSb) and as a bi-encoder. Random tiny models score every pair
+    nearly alike, and mapping such scores onto the gold scale would multiply float32 rounding by ~1e4."""
+    members = (TeacherMember("cross_encoder", str(minilm_with_trained_head)), TeacherMember("bi_encoder", resolve_model("minilm")))
+    raw = Teacher(members)
+    dev = stsb_table(data_dir, "dev", 300)
+    return raw.calibrated([direct_scores(m, dev) for m in raw.members], dev.column("label").to_numpy())
+
+
+def test_calibration_maps_each_member_onto_the_gold_scale(ensemble: Teacher, data_dir: Path) -> None:
+    dev = stsb_table(data_dir, "dev", 300)
+    labels = dev.column("label").to_numpy()
+    for member in ensemble.members:
+        mapped = member.mapped(direct_scores(member, dev))
+        assert not member.is_identity
+        assert abs(float(np.mean(mapped)) - float(np.mean(labels))) < 1e-4  # least squares keeps the mean
+        residual = labels - mapped
+        assert abs(float(np.sum(residual * direct_scores(member, dev)))) < 1e-2  # and is orthogonal to the scores
+    assert ensemble.kind == "ensemble"
+    assert ensemble.labeler.startswith("ensemble(minilm_trained_head") and " + model@" in ensemble.labeler
+
+
+@pytest.mark.parametrize("kind", ["bi-encoder", "ensemble"])
+def test_engine_scores_equal_direct_scores(kind: str, ensemble: Teacher, ray_session, data_dir: Path, tmp_path: Path) -> None:
+    teacher = Teacher(ensemble.members[1:]) if kind == "bi-encoder" else ensemble
+    pairs = stsb_table(data_dir, "train", 400).drop_columns(["label"])
+    pq.write_table(pairs, tmp_path / "pairs.parquet", row_group_size=100)
+    spec = LabelingSpec(batch_size=32, max_actors=2, shard_rows=100)
+    result = label_files(str(tmp_path / "pairs.parquet"), tmp_path / "silver", LabelJob(teacher, spec))
+    silver = pq.read_table(tmp_path / "silver").sort_by("pair_id")
+
+    assert (result.pairs_in, result.labeled, result.shards) == (400, 400, 4)
+    assert set(silver.column("labeler").to_pylist()) == {teacher.labeler}
+    assert teacher.kind == kind
+    direct = teacher.combine([direct_scores(m, pairs).astype(np.float32) for m in teacher.members])
+    assert np.ptp(direct) > 0.01
+    assert np.max(np.abs(silver.column("score").to_numpy() - direct)) < 1e-5
+    assert result.totals["tokens"] > 0
+
+
+def test_an_ensemble_labeling_job_resumes_and_refuses_another_calibration(
+    ensemble: Teacher, ray_session, data_dir: Path, tmp_path: Path, capsys
+) -> None:
+    pairs = stsb_table(data_dir, "train", 400).drop_columns(["label"])
+    pq.write_table(pairs, tmp_path / "pairs.parquet", row_group_size=100)
+    output = tmp_path / "silver"
+    spec = LabelingSpec(batch_size=32, shard_rows=100)
+    label_files(str(tmp_path / "pairs.parquet"), output, LabelJob(ensemble, spec))
+    first = pq.read_table(output).sort_by("pair_id")
+    shards = sorted(output.glob("part-*.parquet"))
+    lost = shards[1:3]  # as if the run died before these two shards were written
+    for path in lost:
+        path.unlink()
+    kept = {path.name: path.stat().st_mtime_ns for path in shards if path not in lost}
+
+    # the CLI's --model takes the teacher as a run saves it (models/teacher.json)
+    teacher_file = ensemble.save(tmp_path)
+    assert main(["label", "--model", str(teacher_file), "--input", str(tmp_path / "pairs.parquet"), "--output", str(output),
+                 "--shard-rows", "100", "--batch-size", "32"]) == 0
+    assert "pairs in 400 = labeled 400 + rejected 0" in capsys.readouterr().out
+    assert {path.name: path.stat().st_mtime_ns for path in output.glob("part-*.parquet") if path.name in kept} == kept
+    assert sorted(path.name for path in output.glob("part-*.parquet")) == [path.name for path in shards]
+    again = pq.read_table(output).sort_by("pair_id")
+    assert again.column("score").to_pylist() == first.column("score").to_pylist()
+
+    other = Teacher(tuple(TeacherMember(m.kind, m.model, m.scale * 2, m.shift) for m in ensemble.members))
+    with pytest.raises(SpecError, match=r"holds labels from other settings \(labeler differ\)"):
+        label_files(str(tmp_path / "pairs.parquet"), output, LabelJob(other, spec))
+
+
+def gate_setup(tmp_path: Path, data_dir: Path, require: bool) -> tuple[JobSpec, RunState, GoldData]:
+    spec = JobSpec(labeling={"require_better_teacher": require})
+    dev = stsb_table(data_dir, "dev", 200)
+    state = RunState(tmp_path)
+    (tmp_path / "models").mkdir()
+    return spec, state, GoldData("regression", dev, dev, dev, dev.num_rows)
+
+
+@pytest.mark.parametrize("require", [False, True])
+def test_gate_warns_or_stops_when_the_teacher_is_not_better(
+    require: bool, tiny_bi_encoder: Path, ray_session, data_dir: Path, tmp_path: Path, caplog
+) -> None:
+    spec, state, gold = gate_setup(tmp_path, data_dir, require)
+    teacher = Teacher((TeacherMember("bi_encoder", str(tiny_bi_encoder)),))  # the student itself: never better
+    if require:
+        with pytest.raises(SpecError, match=r"teacher gate: teacher \(bi-encoder\) dev (-?\d+\.\d\d) vs tiny_bi_encoder\d* "
+                                            r"\(gold only\) dev \1: NOT better by \+0\.00.*require_better_teacher"):
+            check_teacher(spec, state, teacher, gold, tiny_bi_encoder, gold.dev)
+        return
+    check_teacher(spec, state, teacher, gold, tiny_bi_encoder, gold.dev)
+    (warning,) = [record for record in caplog.records if record.levelname == "WARNING" and "teacher gate" in record.message]
+    assert "NOT better by +0.00" in warning.message and "unlikely to help" in warning.message
+    assert state.teacher["better"] is False and state.teacher["teacher_dev"] == state.teacher["student_dev"]
+    assert Teacher.load(tmp_path / "models" / "teacher.json").labeler == state.teacher["labeler"]
+
+
+def test_gate_passes_a_better_teacher(tiny_bi_encoder: Path, ray_session, data_dir: Path, tmp_path: Path, caplog) -> None:
+    spec, state, gold = gate_setup(tmp_path, data_dir, require=True)
+    teacher = Teacher((TeacherMember("bi_encoder", resolve_model("minilm")),))  # MiniLM against a random tiny BERT
+    check_teacher(spec, state, teacher, gold, tiny_bi_encoder, gold.dev)
+    assert state.teacher["better"] is True and state.teacher["teacher_dev"] > state.teacher["student_dev"] + 20
+    assert not [record for record in caplog.records if record.levelname == "WARNING"]
+
+
+def test_whole_run_with_an_ensemble_teacher(ray_session, tiny_model: Path, tiny_bi_encoder: Path, data_dir: Path, tmp_path: Path) -> None:
+    overrides = [
+        "data.train_limit=200", "data.eval_limit=200", f"cross_encoder.model={tiny_model}", "cross_encoder.epochs=1",
+        f"bi_encoder.model={tiny_model}", f"evaluation.zero_shot_model={tiny_model}", "teacher.kind=ensemble",
+        f"teacher.bi_encoder.model={tiny_model}", "teacher.bi_encoder.epochs=1", f"output_dir={tmp_path}", "name=ens",
+        "sampling.strategies=[bm25]",
+    ]
+    args = ["run", "jobs/stsb_indomain_bm25.yaml", "--data-dir", str(data_dir)]
+    for override in overrides:
+        args += ["--set", override]
+    assert main(args) == 0
+    (run_dir,) = tmp_path.glob("ens-*")
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+
+    teacher = Teacher.load(run_dir / "models" / "teacher.json")
+    assert [m.kind for m in teacher.members] == ["cross_encoder", "bi_encoder"]
+    assert metrics["teacher"]["kind"] == "ensemble" and metrics["teacher"]["labeler"] == teacher.labeler
+    assert {"cross_encoder", "teacher_bi_encoder", "teacher", "sbert", "augsbert_bm25"} <= set(metrics["test"])
+    assert metrics["counts"]["trained_on"]["teacher_bi_encoder"] == 200
+    assert metrics["teacher"]["student_dev"] == pytest.approx(metrics["dev"]["sbert"], abs=1e-3)
+    assert metrics["teacher"]["teacher_dev"] == pytest.approx(metrics["dev"]["teacher"], abs=1e-3)
+    silver = pq.read_table(run_dir / "silver" / "bm25")
+    assert set(silver.column("labeler").to_pylist()) == {teacher.labeler}
+    assert "Teacher gate (before labeling): ensemble teacher dev" in (run_dir / "report.md").read_text()
