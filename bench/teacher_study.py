@@ -1,0 +1,166 @@
+"""Teacher study: which teacher should label the silver pairs for the MiniLM student?
+
+For each task and seed it fits, on the gold train split the job's `augsbert run` draws for that seed:
+the cross-encoder from mpnet, the mpnet bi-encoder fine-tuned on gold, and their ensemble (each mapped onto the
+gold scale on dev, as `teacher.kind: ensemble` does), and scores each on dev and test. The MiniLM
+cross-encoder (today's teacher) and the seed-optimized MiniLM SBERT are read from the same seed's committed
+reproduction run (bench/results/reproduce_runs): same splits, same train subset. Once per task it also labels
+the same BM25 candidates with each teacher through the labeling engine, for the time and pairs/s.
+
+    make models   # mpnet, once
+    .venv/bin/python bench/teacher_study.py --task stsb_1k --seeds 42
+    .venv/bin/python bench/teacher_study.py --task stsb_1k bws_cross_topic bws_in_topic mrpc --seeds 42 43 44
+
+Fits are kept under --work (default runs/teacher_study/<task>-seed<seed>) and reused on a rerun (progress.json),
+so a stopped study continues where it stopped. Results accumulate in bench/results/teacher_study.json;
+the best teacher per task is chosen on dev only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import ray
+
+from augsbert_ray.config import JobSpec, LabelingSpec, SamplingSpec, load_spec
+from augsbert_ray.evaluation import evaluate_on_ray
+from augsbert_ray.labeling import TEACHER_FILE, LabelJob, Teacher, TeacherMember, label_table
+from augsbert_ray.models import resolve_model
+from augsbert_ray.pipeline import PROGRESS_FILE, RunState, calibrate_teacher, read_gold, train_teacher
+from augsbert_ray.runtime import init_ray, log, setup_logging
+from augsbert_ray.sampling import SentencePool, candidate_table
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = {
+    "stsb_1k": "jobs/stsb_indomain_all_strategies.yaml",
+    "bws_cross_topic": "jobs/bws_cross_topic.yaml",
+    "bws_in_topic": "jobs/bws_in_topic.yaml",
+    "mrpc": "jobs/mrpc_indomain.yaml",
+}
+# mpnet is a base-size model: the learning rate sentence-transformers' examples use for it (the MiniLM jobs use 1e-4).
+MPNET_TEACHERS = ["teacher.kind=ensemble", "cross_encoder.model=mpnet", "cross_encoder.learning_rate=2.0e-5",
+                  "teacher.bi_encoder.model=mpnet"]
+THROUGHPUT_PAIRS = 2000
+RESULTS = ROOT / "bench" / "results" / "teacher_study.json"
+
+
+def reproduction_row(task: str, seed: int, model: str) -> dict[str, float]:
+    """dev/test of a model in the committed reproduction run of (task, seed): any part that scored it."""
+    for metrics_file in sorted((ROOT / "bench" / "results" / "reproduce_runs").glob(f"{task}-full-seed{seed}*/metrics.json")):
+        metrics = json.loads(metrics_file.read_text(encoding="utf-8"))
+        if model in metrics["test"]:
+            return {"dev": metrics["dev"][model], "test": metrics["test"][model], "run": metrics_file.parent.name}
+    raise SystemExit(f"no committed reproduction run of {task} seed {seed} scores {model}")
+
+
+def study_spec(task: str, seed: int, work: Path, gpu: bool, extra: list[str]) -> JobSpec:
+    overrides = [f"seed={seed}", f"output_dir={work}", f"name={task}", *MPNET_TEACHERS, *extra]
+    if gpu:
+        overrides += ["training.use_gpu=true", "evaluation.gpus=0.5"]
+    return load_spec(ROOT / TASKS[task], overrides)
+
+
+def fit_and_score(
+    task: str, seed: int, work: Path, data_dir: str | None, gpu: bool, extra: list[str]
+) -> tuple[dict[str, Any], Teacher, pa.Table]:
+    """The mpnet teachers of one (task, seed), fitted (or reused) and scored on dev and test."""
+    spec = study_spec(task, seed, work, gpu, extra)
+    run_dir = work / f"{task}-seed{seed}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    progress = run_dir / PROGRESS_FILE
+    state = RunState(run_dir, finished_fits=json.loads(progress.read_text(encoding="utf-8")) if progress.exists() else {})
+    gold = read_gold(spec, state, data_dir)
+    teacher = calibrate_teacher(spec, state, train_teacher(spec, state, gold, (str(run_dir / "gold" / "train.parquet"), "label")), gold)
+    models = run_dir / "models"
+    jobs = {"ce_mpnet": ("cross_encoder", str(models / "cross_encoder")), "bi_mpnet": ("bi_encoder", str(models / "teacher_bi_encoder")),
+            "ensemble_mpnet": ("teacher", str(models / TEACHER_FILE))}
+    refs = {name: evaluate_on_ray(kind, model, spec.task, gold.dev, gold.test, spec.evaluation.cpus, spec.evaluation.gpus)
+            for name, (kind, model) in jobs.items()}
+    scores = {name: {"dev": result.dev, "test": result.test} for name, result in ((n, ray.get(r)) for n, r in refs.items())}
+    fit_seconds = {name: record["wall_seconds"] for name, record in state.finished_fits.items()}
+    cell = {
+        "teachers": {
+            "ce_minilm": reproduction_row(task, seed, "cross_encoder"),
+            "ce_mpnet": {**scores["ce_mpnet"], "fit_seconds": fit_seconds.get("cross_encoder")},
+            "bi_mpnet": {**scores["bi_mpnet"], "fit_seconds": fit_seconds.get("teacher_bi_encoder")},
+            "ensemble_mpnet": {**scores["ensemble_mpnet"], "members": [[m.scale, m.shift] for m in teacher.members]},
+        },
+        "sbert_minilm": reproduction_row(task, seed, "sbert"),
+        "gold_train": gold.train.num_rows,
+    }
+    return cell, teacher, gold.train
+
+
+def labeling_speed(teacher: Teacher, gold_train: pa.Table, work: Path, seed: int) -> dict[str, dict[str, float]]:
+    """Seconds and pairs/s of labeling the same BM25 candidates with each teacher: the whole engine call (Ray's
+    actor start, model load and ONNX export included), and inside the actor's shard (read, tokenize, score, write)."""
+    pool = SentencePool.from_pairs(gold_train)
+    candidates = candidate_table("bm25", pool, np.zeros(0, dtype=np.int64), SamplingSpec(top_k=3), seed)
+    candidates = candidates.slice(0, min(THROUGHPUT_PAIRS, candidates.num_rows))
+    cross_encoder, bi_encoder = teacher.members
+    teachers = {
+        "ce_minilm": Teacher.cross_encoder(resolve_model("minilm")),  # a fresh head: the same speed as a trained one
+        "ce_mpnet": Teacher((cross_encoder,)),
+        "bi_mpnet": Teacher((TeacherMember("bi_encoder", bi_encoder.model),)),
+        "ensemble_mpnet": teacher,
+    }
+    speed = {}
+    for name, scorer in teachers.items():
+        output = work / "throughput" / name
+        spec = LabelingSpec(cpus_per_actor=max(1, int(ray.cluster_resources().get("CPU", 1))), shard_rows=THROUGHPUT_PAIRS)
+        started = time.perf_counter()
+        result = label_table(candidates, work / "throughput" / "candidates.parquet", output, LabelJob(scorer, spec))
+        seconds = time.perf_counter() - started
+        in_shards = sum(shard["seconds"] for shard in json.loads(result.manifest.read_text(encoding="utf-8"))["shards"].values())
+        speed[name] = {"pairs": result.labeled, "seconds": round(seconds, 2), "pairs_per_s": round(result.labeled / seconds, 1),
+                       "in_shard_pairs_per_s": round(result.labeled / in_shards, 1)}
+        log.info("labeling speed %s: %s", name, speed[name])
+    return speed
+
+
+def best_on_dev(cells: dict[str, Any]) -> str:
+    names = next(iter(cells.values()))["teachers"]
+    return max(names, key=lambda name: np.mean([cell["teachers"][name]["dev"] for cell in cells.values()]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", nargs="+", choices=list(TASKS), default=list(TASKS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[42, 43, 44])
+    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "teacher_study")
+    parser.add_argument("--data-dir")
+    parser.add_argument("--gpu", action="store_true", help="fits and evaluation on the GPU")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="job spec override (e.g. a smoke test)")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    setup_logging()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    init_ray()
+    results = json.loads(args.results.read_text(encoding="utf-8")) if args.results.exists() else {}
+    for task in args.task:
+        entry = results.setdefault(task, {"cells": {}})
+        for seed in args.seeds:
+            if str(seed) in entry["cells"]:
+                log.info("%s seed %d: in %s already", task, seed, args.results)
+                continue
+            cell, teacher, gold_train = fit_and_score(task, seed, args.work.resolve(), args.data_dir, args.gpu, args.set)
+            if "labeling_speed" not in entry:
+                entry["labeling_speed"] = labeling_speed(teacher, gold_train, args.work.resolve() / f"{task}-seed{seed}", seed)
+                entry["labeling_host"] = {"cpus": ray.cluster_resources().get("CPU"), "gpus": ray.cluster_resources().get("GPU", 0)}
+            entry["cells"][str(seed)] = cell
+            entry["best_on_dev"] = best_on_dev(entry["cells"])
+            tmp = args.results.with_suffix(".json.tmp")
+            tmp.write_text(json.dumps(results, indent=1), encoding="utf-8")
+            os.replace(tmp, args.results)
+            log.info("%s seed %d: %s", task, seed, json.dumps(cell["teachers"]))
+
+
+if __name__ == "__main__":
+    main()
