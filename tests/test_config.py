@@ -46,7 +46,7 @@ def test_missing_file_names_the_field(tmp_path: Path) -> None:
 def test_missing_model_path_names_the_field() -> None:
     with pytest.raises(SpecError, match=r"cross_encoder\.model: .*model path not found"):
         load_spec(None, ["cross_encoder.model=./no/such/model"])
-    with pytest.raises(SpecError, match=r"cross_encoder\.trained: .*no saved cross-encoder \(config.json\) in /no/such/run"):
+    with pytest.raises(SpecError, match=r"cross_encoder\.trained: .*no saved model \(config.json\) in /no/such/run"):
         load_spec(None, ["cross_encoder.trained=/no/such/run"])
 
 

@@ -3,6 +3,8 @@
 import argparse
 import importlib.util
 import json
+import re
+import sys
 from pathlib import Path
 
 import yaml
@@ -99,3 +101,43 @@ def test_a_part_takes_a_finished_sibling_parts_teacher(tmp_path: Path) -> None:
     assert reproduce.shared_teacher(tmp_path, base, "kde", stopped) == ["cross_encoder.trained=/elsewhere/cross_encoder"]
     (stopped / "spec.yaml").write_text(yaml.safe_dump({"cross_encoder": {"epochs": 1}}))  # it fitted its own
     assert reproduce.shared_teacher(tmp_path, base, "kde", stopped) == []
+
+
+def linked_files(page: Path) -> list[Path]:
+    """The local files a markdown page links to, resolved from the page's folder."""
+    return [(page.parent / target).resolve() for target in re.findall(r"\]\(([^)#:]+)\)", page.read_text(encoding="utf-8"))]
+
+
+def test_results_page_links_each_tabulated_runs_spec_instead_of_inlining_it(tmp_path: Path, monkeypatch) -> None:
+    reproduce = load_reproduce()
+    runs = tmp_path / "runs"
+    shared = {"jaccard": 40.0, "zero_shot": 45.0, "cross_encoder": 52.0}
+    whole = {**shared, "sbert": 60.0, "augsbert_bm25": 62.0, "augsbert_rs": 61.0}
+    write_run(runs / "bws_in_topic-full-seed42-20261123-190000", ["bm25", "random"], whole, 100.0)
+    write_run(runs / "bws_in_topic-full-seed43_rest-20261123-190000", ["bm25", "random", "semantic", "bm25+semantic"],
+              {**whole, "augsbert_ss": 61.5, "augsbert_bm25_ss": 61.7}, 100.0)
+    write_run(runs / "bws_in_topic-full-seed43_kde-20261123-210000", ["kde"], {**shared, "sbert": 59.0, "augsbert_kde": 58.0}, 200.0)
+    write_run(runs / "bws_in_topic-full-seed44_rest-20261123-220000", ["bm25"], whole, 100.0)  # its kde part never ran
+    page = tmp_path / "docs" / "RESULTS.md"
+    page.parent.mkdir()
+    monkeypatch.setattr(sys, "argv", ["reproduce.py", "--collect", "--only", "bws_in_topic", "--runs", str(runs),
+                                      "--results", str(page), "--json", str(tmp_path / "reproduce.json")])
+    assert reproduce.main() == 0
+
+    text = page.read_text(encoding="utf-8")
+    assert "```yaml" not in text and "<details>" not in text
+    assert "| AugSBERT-BM25 | not run | not run | 62.00 ± 0.00 | not run |" in text  # the tables stay
+    links = sorted(path for path in linked_files(page) if path.name == "spec.yaml")
+    assert links == sorted(run / "spec.yaml" for run in runs.iterdir() if "seed44" not in run.name)
+    assert "../runs/bws_in_topic-full-seed43_kde-20261123-210000/spec.yaml" in text  # relative to the page
+    assert "| bws_in_topic | 43 | kde |" in text and "| bws_in_topic | 42 | whole |" in text
+
+
+def test_committed_results_page_links_committed_specs() -> None:
+    page = ROOT / "docs" / "RESULTS.md"
+    text = page.read_text(encoding="utf-8")
+    assert "## Effects against the targets" in text and "```yaml" not in text
+    specs = [path for path in linked_files(page) if path.name == "spec.yaml"]
+    assert specs and all(path.is_file() for path in specs)
+    assert all(path.parent.parent == ROOT / "bench" / "results" / "reproduce_runs" for path in specs)
+    assert len(specs) == len({path.parent for path in specs})  # one row per run directory
