@@ -253,7 +253,7 @@ def write_results(path: Path, results: dict, specs: dict, runs: dict, args: argp
         "Backbone of every model: all-MiniLM-L6-v2 (the packaged `minilm`), not the paper's bert-base. Scores x100 on "
         "the test split, mean ± std over seeds; each seed is a whole run (splits, subsets, sampling, training)."
         + ("" if args.quick else " In-domain, SBERT is seed-optimized: 5 seeds, all but the best culled at 20% of the "
-           "steps, chosen on dev (`tuning` in the specs below)."),
+           "steps, chosen on dev (`tuning` in the specs linked below)."),
         "",
         "## In-domain (the paper's Table 5)",
         "",
@@ -272,13 +272,38 @@ def write_results(path: Path, results: dict, specs: dict, runs: dict, args: argp
         "",
         "## Hyperparameters",
         "",
-        "Each experiment's resolved spec (of its first seed), as the run saved it in spec.yaml:",
+        "Each run's resolved spec, as the run saved it: spec.yaml in its run directory, beside its metrics.json. A seed "
+        "made as parts (`--part`) has one run per part.",
+        "",
+        *run_links(path, specs, runs, args),
         "",
     ]
-    for experiment, spec in specs.items():
-        lines += [f"<details><summary>{experiment}</summary>", "", "```yaml", yaml.safe_dump(spec, sort_keys=False).rstrip(), "```",
-                  "", "</details>", ""]
     path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def seed_run_dirs(name: str, seed: int, args: argparse.Namespace, runs: Path) -> list[tuple[str, Path]]:
+    """The run directories that seed_result tabulates for one experiment at one seed, as (part or "whole", directory)."""
+    base = base_name(name, seed, args)
+    if whole := finished_run(runs, base):
+        return [("whole", whole)]
+    for split in SPLITS:
+        parts = {part: finished_run(runs, f"{base}_{part}") for part in split}
+        if all(parts.values()):
+            return list(parts.items())
+    return []
+
+
+def run_links(path: Path, specs: dict, runs: dict, args: argparse.Namespace) -> list[str]:
+    """A table of the tabulated runs (the experiments in specs, their seeds in runs), each linking its spec.yaml and
+    metrics.json relative to the results page."""
+    run_root, page_dir = Path(args.runs).resolve(), path.resolve().parent
+    lines = ["| experiment | seed | part | run directory (spec.yaml) | metrics |", "|---|---:|---|---|---|"]
+    for experiment in specs:
+        for seed in runs[experiment]["seeds"]:
+            for part, run_dir in seed_run_dirs(experiment, seed, args, run_root):
+                spec, metrics = (Path(os.path.relpath(run_dir / file, page_dir)).as_posix() for file in ("spec.yaml", "metrics.json"))
+                lines.append(f"| {experiment} | {seed} | {part} | [{run_dir.name}]({spec}) | [metrics.json]({metrics}) |")
+    return lines
 
 
 def main() -> int:
