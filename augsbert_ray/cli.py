@@ -31,6 +31,8 @@ def job_spec(args: argparse.Namespace, overrides: list[str]) -> tuple[JobSpec, P
 
     address = [f"ray.address={args.address}"] if args.address else []
     resume = Path(args.resume) if args.resume else None
+    if args.force_resume and resume is None:
+        raise SpecError("--force-resume goes with --resume RUN_DIR")
     if resume is not None:
         settable = [f"{section}.{key}" for section, keys in RESUME_SETTABLE.items() for key in keys]
         if args.job or any(override.partition("=")[0].strip() not in settable for override in overrides):
@@ -48,7 +50,7 @@ def _run(args: argparse.Namespace) -> int:
     from augsbert_ray.pipeline import run_job
 
     spec, resume = job_spec(args, list(args.set or []))
-    run_dir = run_job(spec, data_dir=args.data_dir, resume=resume)
+    run_dir = run_job(spec, data_dir=args.data_dir, resume=resume, force_resume=args.force_resume)
     print(f"run directory: {run_dir}")
     print((run_dir / "report.md").read_text(encoding="utf-8").split("## Counts")[0])
     return 0
@@ -63,7 +65,7 @@ def _tune(args: argparse.Namespace) -> int:
             raise SpecError("--cross-encoder starts a new run; a resumed run keeps the cross-encoder of its spec.yaml")
         overrides.append(f"cross_encoder.trained={args.cross_encoder}")
     spec, resume = job_spec(args, overrides)
-    run_dir = run_tuning_job(spec, data_dir=args.data_dir, resume=resume)
+    run_dir = run_tuning_job(spec, data_dir=args.data_dir, resume=resume, force_resume=args.force_resume)
     print(f"run directory: {run_dir}")
     print((run_dir / "tuning.md").read_text(encoding="utf-8"))
     return 0
@@ -206,6 +208,11 @@ def add_job_arguments(command: argparse.ArgumentParser, example_job: str, exampl
     command.set_defaults(example_job=example_job)
     if resume_help:
         command.add_argument("--resume", metavar="RUN_DIR", help=resume_help + RESUME_HELP)
+        command.add_argument(
+            "--force-resume", action="store_true",
+            help="with --resume: continue although the spec, data files or models changed since the run started "
+            "(refused otherwise); only the fits the changes do not touch are reused, and labeling starts over",
+        )
     command.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help=f"override a spec field, e.g. {example_override} (repeatable)"
     )

@@ -22,13 +22,14 @@ import ray.data
 from ray.data.expressions import col
 
 from augsbert_ray.config import (
-    RESUME_SETTABLE, BiEncoderSpec, DataSpec, JobSpec, SamplingSpec, SpecError, bi_encoder_name, dump_spec, load_spec,
+    BiEncoderSpec, DataSpec, JobSpec, SamplingSpec, SpecError, bi_encoder_name, dump_spec, load_spec,
 )
 from augsbert_ray.data import GoldData, check_reject_fraction, load_gold, read_sentences, write_rejects
 from augsbert_ray.evaluation import Evaluation, dev_metric, evaluate_on_ray, score_pairs_on_ray
 from augsbert_ray.labeling import TEACHER_FILE, LabelJob, Teacher, TeacherMember, label_table
 from augsbert_ray.models import resolve_model
 from augsbert_ray.report import plot_score_densities, write_report
+from augsbert_ray.resume import FINGERPRINT_FILE, changed_entries, describe, fit_still_matches, run_fingerprint, write_fingerprint
 from augsbert_ray.runtime import init_ray, log
 from augsbert_ray.sampling import Neighbours, SentencePool, available_pairs, candidate_table, given_pairs, sample_bm25
 from augsbert_ray.selection import score_histogram, select, silver_diagnostics
@@ -83,9 +84,13 @@ class RunState:
 
     def record_fit(self, name: str, record: dict[str, Any]) -> None:
         self.finished_fits[name] = record
-        tmp = self.run_dir / f".{PROGRESS_FILE}.tmp"
-        tmp.write_text(json.dumps(self.finished_fits, indent=1), encoding="utf-8")
-        os.replace(tmp, self.run_dir / PROGRESS_FILE)
+        write_progress(self.run_dir, self.finished_fits)
+
+
+def write_progress(run_dir: Path, finished_fits: dict[str, dict[str, Any]]) -> None:
+    tmp = run_dir / f".{PROGRESS_FILE}.tmp"
+    tmp.write_text(json.dumps(finished_fits, indent=1), encoding="utf-8")
+    os.replace(tmp, run_dir / PROGRESS_FILE)
 
 
 def new_run_dir(spec: JobSpec) -> Path:
@@ -267,12 +272,14 @@ def train_bi_encoder(spec: JobSpec, state: RunState, name: str, files: list[tupl
         state.tuning[name] = Outcome.from_state(record["tuning"])
 
 
-def start_run(spec: JobSpec, resume: Path | None) -> RunState:
+def start_run(spec: JobSpec, resume: Path | None, data_dir: str | Path | None, force_resume: bool = False) -> RunState:
+    """A new run directory with spec.yaml and the run's fingerprint, or the unfinished run ``resume``; then Ray."""
     if resume is None:
         state = RunState(new_run_dir(spec))
         (state.run_dir / "spec.yaml").write_text(dump_spec(spec), encoding="utf-8")
+        write_fingerprint(state.run_dir, run_fingerprint(spec, data_dir))
     else:
-        state = resumed_state(spec, resume)
+        state = resumed_state(spec, resume, data_dir, force_resume)
     log.info("run directory: %s", state.run_dir)
     init_ray(spec.ray.address, spec.ray.num_cpus)
     return state
@@ -288,23 +295,28 @@ def load_run_spec(run_dir: Path, overrides: list[str] | None = None) -> JobSpec:
     return load_spec(run_dir / "spec.yaml", overrides)
 
 
-def comparable_spec(spec: JobSpec) -> dict[str, Any]:
-    """The fields a resumed run must share with its first attempt: all but where Ray runs, how fits survive
-    failures and what resources work gets, which do not change what the run computes."""
-    settable = {section: set(keys) for section, keys in RESUME_SETTABLE.items()}
-    return spec.model_dump(mode="json", exclude={"ray": True, **settable})
-
-
-def resumed_state(spec: JobSpec, run_dir: Path) -> RunState:
+def resumed_state(spec: JobSpec, run_dir: Path, data_dir: str | Path | None, force: bool) -> RunState:
     """Continue an unfinished run in its own directory: finished fits are reused, gold and candidates are made
-    again (they are seeded), and labeling skips the shards already written."""
+    again (they are seeded), and labeling skips the shards already written. What the run computes from must
+    not have changed since it started (its fingerprint); with ``force``, only the fits that the changes do not
+    touch are reused, and the silver sets are made again."""
     run_dir = run_dir.resolve()
-    saved, wanted = comparable_spec(load_run_spec(run_dir)), comparable_spec(spec)
-    changed = sorted(key for key in wanted.keys() | saved.keys() if wanted.get(key) != saved.get(key))
-    if changed:
-        raise SpecError(f"--resume {run_dir}: the spec differs from the run's spec.yaml in {', '.join(changed)}")
     progress = run_dir / PROGRESS_FILE
     finished = json.loads(progress.read_text(encoding="utf-8")) if progress.exists() else {}
+    now = run_fingerprint(spec, data_dir)
+    changed = changed_entries(run_dir, now) if (run_dir / FINGERPRINT_FILE).exists() else {}
+    if changed and not force:
+        raise SpecError(f"--resume {run_dir}: what the run computes from changed since it started: {describe(changed)}; "
+                        "start a new run, or add --force-resume to reuse only the fits these changes do not touch")
+    if changed:
+        kept = {name: record for name, record in finished.items() if fit_still_matches(name, changed)}
+        log.warning("--force-resume: %s changed; reusing %s, fitting again %s, labeling again", describe(changed),
+                    ", ".join(kept) or "no fit", ", ".join(sorted(finished.keys() - kept.keys())) or "nothing")
+        for stale in ("silver", "candidates", "tuning_silver", *(f"models/{name}" for name in finished.keys() - kept.keys())):
+            shutil.rmtree(run_dir / stale, ignore_errors=True)
+        finished = kept
+        write_progress(run_dir, finished)
+    write_fingerprint(run_dir, now)
     log.info("resuming %s: %d finished fit(s) to reuse (%s)", run_dir, len(finished), ", ".join(finished) or "none")
     return RunState(run_dir, finished_fits=finished)
 
@@ -437,16 +449,28 @@ def write_outputs(spec: JobSpec, state: RunState, started: float, reference_labe
     log.info("done: %s", state.run_dir / "report.md")
 
 
-def run_job(spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None) -> Path:
+def run_job(spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None, force_resume: bool = False) -> Path:
     """Run the job's scenario (in a new run directory, or continuing the unfinished run ``resume``) and
-    return the run directory."""
+    return the run directory.
+
+    Args:
+        spec: the job spec, e.g. ``load_spec("jobs/stsb_indomain_bm25.yaml")``.
+        data_dir: where the named datasets live (default $AUGSBERT_DATA_DIR, else ../shared/data).
+        resume: an unfinished run directory to continue (its fingerprint must match, see augsbert_ray.resume).
+        force_resume: continue ``resume`` though its inputs changed, reusing only the fits they do not touch.
+
+    Example::
+
+        run_dir = run_job(load_spec("jobs/stsb_indomain_bm25.yaml", ["data.train_limit=1000"]))
+        print((run_dir / "report.md").read_text())
+    """
     run = run_domain_transfer if spec.scenario == "domain-transfer" else run_in_domain
-    return run(spec, data_dir, resume)
+    return run(spec, data_dir, resume, force_resume)
 
 
-def run_in_domain(spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None) -> Path:
+def run_in_domain(spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None, force_resume: bool = False) -> Path:
     """Run the whole in-domain method and return the run directory."""
-    state = start_run(spec, resume)
+    state = start_run(spec, resume, data_dir, force_resume)
     total_stages = 8
     models_dir = state.run_dir / "models"
     started = time.perf_counter()
@@ -507,11 +531,13 @@ def target_candidate_source(spec: JobSpec, target: GoldData, source: GoldData) -
     return CandidateSource(pool, pool.gold_codes([target.dev, target.test]), transfer_reference_labels(target, source))
 
 
-def run_domain_transfer(spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None) -> Path:
+def run_domain_transfer(
+    spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None, force_resume: bool = False
+) -> Path:
     """Cross-encoder on the labeled source, silver labels on the target, AugSBERT on the target silver alone;
     every model is scored on the target's test split."""
     assert spec.target is not None
-    state = start_run(spec, resume)
+    state = start_run(spec, resume, data_dir, force_resume)
     total_stages = 8
     models_dir = state.run_dir / "models"
     started = time.perf_counter()

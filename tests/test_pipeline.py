@@ -6,7 +6,7 @@ import yaml
 
 from augsbert_ray.cli import main
 from augsbert_ray.config import JobSpec
-from augsbert_ray.pipeline import comparable_spec
+from augsbert_ray.resume import comparable_spec
 
 STRATEGIES = {"bm25": "augsbert_bm25", "random": "augsbert_rs", "kde": "augsbert_kde", "semantic": "augsbert_ss"}
 MODELS = ("cross_encoder", "sbert", *STRATEGIES.values(), "zero_shot", "jaccard")

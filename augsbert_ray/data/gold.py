@@ -34,15 +34,20 @@ def _named_sources(spec: DataSpec, data_dir: Path) -> dict[str, SourceSpec]:
     return {split: SourceSpec(path=path, format=spec.dataset) for split, path in files.items()}
 
 
-def load_gold(spec: DataSpec, seed: int, data_dir: str | Path | None = None) -> GoldData:
-    """Read, validate and split the gold pairs. ``train_limit`` then keeps a seeded random subset of train."""
-    task = spec.resolved_task
+def gold_sources(spec: DataSpec, data_dir: str | Path | None = None) -> dict[str, SourceSpec]:
+    """The file behind each split ('all' for a dataset shipped as one file): the named dataset's, replaced
+    split by split by explicit files."""
     sources: dict[str, SourceSpec] = {}
     if spec.dataset is not None:
         sources = _named_sources(spec, resolve_data_dir(data_dir or spec.data_dir))
-    # Explicit files override the named dataset's split by split.
     sources.update({split: src for split in ("train", "dev", "test") if (src := getattr(spec, split)) is not None})
+    return sources
 
+
+def load_gold(spec: DataSpec, seed: int, data_dir: str | Path | None = None) -> GoldData:
+    """Read, validate and split the gold pairs. ``train_limit`` then keeps a seeded random subset of train."""
+    task = spec.resolved_task
+    sources = gold_sources(spec, data_dir)
     results: dict[str, ReadResult] = {split: read_pairs(source, task) for split, source in sources.items()}
     tables = {split: result.table for split, result in results.items()}
     if "all" in tables:  # BWS ships one file: split by topic or at random

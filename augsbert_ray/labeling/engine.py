@@ -76,7 +76,8 @@ class LabelJob:
     def __post_init__(self) -> None:
         self.labeler = self.labeler or self.teacher.labeler
 
-    def key(self, shards: list[Shard]) -> dict[str, Any]:
+    def key(self, shards: list[Shard], output: Path) -> dict[str, Any]:
+        """Input paths relative to ``output``, so that a run directory moved whole still resumes."""
         files = sorted({shard.path for shard in shards})
         return {
             "labeler": self.labeler,
@@ -84,7 +85,7 @@ class LabelJob:
             "max_seq_length": self.spec.max_seq_length,
             "text_columns": list(self.text_columns),
             "strategy": self.strategy,
-            "inputs": [[path, Path(path).stat().st_size] for path in files],
+            "inputs": [[os.path.relpath(path, output), Path(path).stat().st_size] for path in files],
             "shard_rows": self.spec.shard_rows,
         }
 
@@ -193,7 +194,7 @@ def label_files(
     shards = plan_shards(files, fmt, job.text_columns, job.spec.shard_rows)
     init_ray(address)
     check_resources(job.spec)
-    key = job.key(shards)
+    key = job.key(shards, output)
     stats = prepare_output(output, key, shards)
     pending = [shard for shard in shards if shard.name not in stats]
     skipped = len(shards) - len(pending)

@@ -95,7 +95,8 @@ def _string_types(text_columns: tuple[str, str]) -> dict[str, pa.DataType]:
 
 
 def _shard_name(file_index: int, shard_index: int, path: str, size: int, span: object) -> str:
-    digest = hashlib.sha1(f"{path}|{size}|{span}".encode()).hexdigest()[:10]
+    """Named by the file's name, not its whole path: a run directory moved whole keeps its shard names."""
+    digest = hashlib.sha1(f"{Path(path).name}|{size}|{span}".encode()).hexdigest()[:10]
     return f"part-{file_index:05d}-{shard_index:05d}-{digest}.parquet"
 
 

@@ -81,7 +81,7 @@ def chosen_rows(outcome: Outcome) -> int:
     return training_rows(chosen.train_files)
 
 
-def run_tuning_job(spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None) -> Path:
+def run_tuning_job(spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None, force_resume: bool = False) -> Path:
     """`augsbert tune`: gold -> (cross-encoder and silver, if a tuned model needs them) -> the searches ->
     test scores of the chosen models -> tuning.md / tuning.json. With ``resume``, continues that unfinished
     run as `augsbert run --resume` does: finished fits and searches are reused, an unfinished search starts over."""
@@ -96,7 +96,7 @@ def run_tuning_job(spec: JobSpec, data_dir: str | Path | None = None, resume: Pa
     strategies = [strategy_of(spec, model) for model in tuned if model != "sbert"]
     # semantic search embeds with the gold-trained SBERT, as in `augsbert run`
     needs_sbert = "sbert" in tuned or (spec.sampling.semantic_model == "gold" and any("semantic" in s for s in strategies))
-    state = start_run(spec, resume)
+    state = start_run(spec, resume, data_dir, force_resume)
     stages = 2 + needs_sbert + 3 * bool(strategies)
     started = time.perf_counter()
     models_dir = state.run_dir / "models"

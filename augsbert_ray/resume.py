@@ -1,0 +1,92 @@
+"""What a run computes from, recorded when it starts, so that `--resume` cannot continue it with other inputs.
+
+The fingerprint holds the resolved spec (less where Ray runs and what resources work gets), a content hash of
+every data file by its role (so a moved data directory still matches), and each model's weights fingerprint.
+It lives in the run directory as .fingerprint.json, which spec.yaml edits do not reach.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from augsbert_ray.config import RESUME_SETTABLE, JobSpec
+from augsbert_ray.data.gold import gold_sources
+from augsbert_ray.models import model_fingerprint, resolve_model
+
+FINGERPRINT_FILE = ".fingerprint.json"
+
+# The entries of the fingerprint that each fit depends on (prefixes of its flattened keys); a fit not named
+# here (an AugSBERT bi-encoder) depends on all of them.
+FIT_INPUTS: dict[str, tuple[str, ...]] = {
+    "cross_encoder": ("spec.seed", "spec.scenario", "spec.data.", "spec.cross_encoder.", "spec.training.", "files.data.", "models.cross_encoder"),
+    "teacher_bi_encoder": ("spec.seed", "spec.scenario", "spec.data.", "spec.teacher.bi_encoder.", "spec.training.", "files.data.",
+                           "models.teacher.bi_encoder"),
+    "sbert": ("spec.seed", "spec.data.", "spec.bi_encoder.", "spec.training.", "spec.tuning", "files.data.", "models.bi_encoder"),
+    "sbert_source": ("spec.seed", "spec.data.", "spec.bi_encoder.", "spec.training.", "files.data.", "models.bi_encoder"),
+    "sbert_target": ("spec.seed", "spec.target.data.", "spec.bi_encoder.", "spec.training.", "files.target.", "models.bi_encoder"),
+}
+
+
+def comparable_spec(spec: JobSpec) -> dict[str, Any]:
+    """The spec less where Ray runs, how fits survive failures and what resources work gets: none of these
+    changes what the run computes."""
+    settable = {section: set(keys) for section, keys in RESUME_SETTABLE.items()}
+    return spec.model_dump(mode="json", exclude={"ray": True, "output_dir": True, **settable})
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict) and tree:
+        return {key: value for name, child in tree.items() for key, value in flatten(child, f"{prefix}{name}.").items()}
+    return {prefix.rstrip("."): tree}
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:16]
+
+
+def run_fingerprint(spec: JobSpec, data_dir: str | Path | None) -> dict[str, Any]:
+    """Flattened ``spec.*``, ``files.<data|target>.<split>`` (content hashes) and ``models.<field>`` entries."""
+    files = {f"data.{split}": source.path for split, source in gold_sources(spec.data, data_dir).items()}
+    if spec.target is not None:
+        files.update({f"target.{split}": source.path for split, source in gold_sources(spec.target.data, data_dir).items()})
+        if spec.target.sentences is not None:
+            files["target.sentences"] = spec.target.sentences
+    models = {"cross_encoder": spec.cross_encoder.trained or spec.cross_encoder.model, "bi_encoder": spec.bi_encoder.model,
+              "evaluation.zero_shot_model": spec.evaluation.zero_shot_model}
+    if spec.teacher.kind != "cross-encoder":
+        models["teacher.bi_encoder"] = spec.teacher.bi_encoder.trained or spec.teacher.bi_encoder.model
+    if spec.sampling.semantic_model != "gold":
+        models["sampling.semantic_model"] = spec.sampling.semantic_model
+    return {
+        **flatten(comparable_spec(spec), "spec."),
+        **{f"files.{role}": file_digest(Path(path)) for role, path in files.items()},
+        **{f"models.{field}": model_fingerprint(resolve_model(name)) for field, name in models.items()},
+    }
+
+
+def write_fingerprint(run_dir: Path, fingerprint: dict[str, Any]) -> None:
+    (run_dir / FINGERPRINT_FILE).write_text(json.dumps(fingerprint, indent=1, sort_keys=True), encoding="utf-8")
+
+
+def changed_entries(run_dir: Path, now: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Entries whose value differs between the run's recorded fingerprint and ``now``: key -> (then, now)."""
+    then = json.loads((run_dir / FINGERPRINT_FILE).read_text(encoding="utf-8"))
+    return {key: (then.get(key), now.get(key)) for key in sorted(then.keys() | now.keys()) if then.get(key) != now.get(key)}
+
+
+def fit_still_matches(fit: str, changed: dict[str, tuple[Any, Any]]) -> bool:
+    inputs = FIT_INPUTS.get(fit)
+    return inputs is not None and not any(key.startswith(inputs) for key in changed)
+
+
+def describe(changed: dict[str, tuple[Any, Any]], limit: int = 6) -> str:
+    shown = [f"{key} ({then!r} -> {now!r})" for key, (then, now) in list(changed.items())[:limit]]
+    more = len(changed) - limit
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")

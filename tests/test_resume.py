@@ -1,0 +1,87 @@
+"""Resume that cannot be fooled: the run's fingerprint against spec.yaml edits, changed data and models; a moved
+data directory or run directory still resumes; --force-resume reuses only the fits a change does not touch."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from augsbert_ray.cli import main
+from augsbert_ray.config import JobSpec, LabelingSpec, SpecError, dump_spec
+from augsbert_ray.labeling import LabelJob, Teacher, label_files
+from augsbert_ray.pipeline import PROGRESS_FILE, load_run_spec, resumed_state
+from augsbert_ray.resume import run_fingerprint, write_fingerprint
+
+
+def started_run(tmp_path: Path, data_dir: Path, spec: JobSpec, fits: tuple[str, ...] = ()) -> Path:
+    """A run directory as `augsbert run` leaves it when stopped after ``fits``: spec.yaml, fingerprint, progress."""
+    run_dir = tmp_path / "run"
+    (run_dir / "models").mkdir(parents=True)
+    (run_dir / "spec.yaml").write_text(dump_spec(spec), encoding="utf-8")
+    write_fingerprint(run_dir, run_fingerprint(spec, data_dir))
+    (run_dir / PROGRESS_FILE).write_text(json.dumps({name: {"wall_seconds": 1.0, "trained_on": 10} for name in fits}))
+    for name in fits:
+        (run_dir / "models" / name).mkdir()
+    return run_dir
+
+
+def edit_spec(run_dir: Path, section: str, key: str, value: object) -> None:
+    raw = yaml.safe_load((run_dir / "spec.yaml").read_text())
+    raw[section][key] = value
+    (run_dir / "spec.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+
+
+def test_resume_refuses_an_edited_spec_yaml_and_names_the_field(tmp_path: Path, data_dir: Path, capsys) -> None:
+    run_dir = started_run(tmp_path, data_dir, JobSpec(bi_encoder={"epochs": 1}), ("cross_encoder",))
+    edit_spec(run_dir, "bi_encoder", "epochs", 7)
+    assert main(["run", "--resume", str(run_dir), "--data-dir", str(data_dir)]) == 2
+    error = capsys.readouterr().err
+    assert "what the run computes from changed since it started: spec.bi_encoder.epochs (1 -> 7)" in error
+    assert "--force-resume" in error
+
+
+def test_resume_refuses_changed_data_but_not_a_moved_data_dir(tmp_path: Path, data_dir: Path) -> None:
+    copy = tmp_path / "data"
+    shutil.copytree(data_dir / "stsb", copy / "stsb")
+    run_dir = started_run(tmp_path, copy, JobSpec())
+    moved = tmp_path / "elsewhere"
+    shutil.move(copy, moved)
+    assert resumed_state(load_run_spec(run_dir), run_dir, moved, force=False).run_dir == run_dir.resolve()
+
+    with (moved / "stsb" / "sts-dev.csv").open("a", encoding="utf-8") as handle:
+        handle.write("main-captions\tMSRvid\t2012test\t9999\t5.000\tA man plays.\tA man plays.\n")
+    with pytest.raises(SpecError, match=r"files\.data\.dev \('[0-9a-f]{16}' -> '[0-9a-f]{16}'\)"):
+        resumed_state(load_run_spec(run_dir), run_dir, moved, force=False)
+
+
+def test_force_resume_keeps_only_the_fits_a_change_does_not_touch(tmp_path: Path, data_dir: Path) -> None:
+    run_dir = started_run(tmp_path, data_dir, JobSpec(), ("cross_encoder", "sbert", "augsbert_bm25"))
+    (run_dir / "silver" / "bm25").mkdir(parents=True)
+    edit_spec(run_dir, "bi_encoder", "learning_rate", 1e-4)
+    state = resumed_state(load_run_spec(run_dir), run_dir, data_dir, force=True)
+    assert list(state.finished_fits) == ["cross_encoder"]  # SBERT and AugSBERT read bi_encoder; the teacher does not
+    assert not (run_dir / "silver").exists() and not (run_dir / "models" / "sbert").exists()
+    assert list(json.loads((run_dir / PROGRESS_FILE).read_text())) == ["cross_encoder"]
+    # the fingerprint now records the edit: a plain resume goes on from here
+    assert resumed_state(load_run_spec(run_dir), run_dir, data_dir, force=False).finished_fits.keys() == {"cross_encoder"}
+
+
+def test_a_moved_run_directory_resumes_its_labeling(ray_session, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path) -> None:
+    from test_labeling import pair_table, stsb_pairs
+
+    run_dir = tmp_path / "run"
+    (run_dir / "candidates").mkdir(parents=True)
+    pq.write_table(pair_table(stsb_pairs(data_dir, 300)), run_dir / "candidates" / "bm25.parquet", row_group_size=100)
+    job = LabelJob(Teacher.cross_encoder(str(tiny_cross_encoder)), LabelingSpec(shard_rows=100))
+    first = label_files(str(run_dir / "candidates" / "bm25.parquet"), run_dir / "silver" / "bm25", job)
+    assert (first.shards, first.skipped) == (3, 0)
+
+    moved = tmp_path / "moved"
+    shutil.move(run_dir, moved)
+    again = label_files(str(moved / "candidates" / "bm25.parquet"), moved / "silver" / "bm25", job)
+    assert (again.shards, again.skipped, again.labeled) == (3, 3, 300)
