@@ -6,9 +6,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from augsbert_ray.config import DEFAULT_MODEL, RESUME_SETTABLE, JobSpec, SpecError
+from augsbert_ray.config import DEFAULT_MODEL, RESUME_SETTABLE, DataSpec, JobSpec, SpecError
 from augsbert_ray.models import PACKAGED_MODELS, ModelPartsError, resolve_model
+
+if TYPE_CHECKING:
+    from augsbert_ray.data import Reject
 
 EPILOG = """\
 Named datasets (stsb, mrpc, bws) are read from --data-dir, else $AUGSBERT_DATA_DIR,
@@ -82,6 +86,16 @@ def _parse_actors(text: str) -> tuple[int, int]:
     return bounds
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects a number between 0 and 1, got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expects a number between 0 and 1, got {text!r}")
+    return value
+
+
 def _label(args: argparse.Namespace) -> int:
     from augsbert_ray.config import LabelingSpec
     from augsbert_ray.data import read_sentences
@@ -132,27 +146,71 @@ def _pair_sentences(sentences: list[str], args: argparse.Namespace):
     return candidate_table(args.strategy, pool, np.zeros(0, dtype=np.int64), sampling, args.seed, n_random=n_random)
 
 
+def _evaluation_data(args: argparse.Namespace) -> DataSpec:
+    """The named dataset, or the --data (and --dev) pair files, as a data section without train."""
+    from pydantic import ValidationError
+
+    from augsbert_ray.config import SourceSpec
+
+    if args.score_range and args.task == "classification":
+        raise SpecError("--score-range scales regression scores; --task classification takes 0/1 labels")
+    if args.data in ("stsb", "mrpc", "bws"):
+        if args.score_range:
+            raise SpecError(f"--score-range is for pair files; the named dataset {args.data} has its own")
+        return DataSpec(dataset=args.data, task=args.task, max_reject_fraction=args.max_reject_fraction)
+
+    def source(option: str, path: str) -> SourceSpec:
+        try:
+            return SourceSpec(path=Path(path), format=args.format, score_range=args.score_range)
+        except ValidationError as exc:
+            reasons = "; ".join(error["msg"].removeprefix("Value error, ") for error in exc.errors())
+            raise SpecError(f"{option} {path}: {reasons}") from None
+
+    test = source("--data", args.data)
+    dev = source("--dev", args.dev) if args.dev else test
+    return DataSpec(dataset=None, dev=dev, test=test, task=args.task, max_reject_fraction=args.max_reject_fraction)
+
+
+def _report_rejects(rows_read: int, rejects: list[Reject], rejects_path: Path | None, max_fraction: float) -> None:
+    """Counts on stderr (stdout is the metrics' JSON); each reject in --rejects FILE, else on stderr once
+    their share passed --max-reject-fraction."""
+    from augsbert_ray.data import check_reject_fraction, write_rejects
+
+    if rejects_path is not None:
+        write_rejects(rejects, rejects_path)
+    where = f" (see {rejects_path})" if rejects_path is not None and rejects else ""
+    rows = "row" if rows_read == 1 else "rows"
+    print(f"read {rows_read} {rows}: {rows_read - len(rejects)} accepted, {len(rejects)} rejected{where}", file=sys.stderr)
+    if rows_read:  # an empty file is reported by check_scorable, which names it
+        check_reject_fraction(rows_read, rejects, max_fraction, rejects_path, "--max-reject-fraction")
+    if rejects_path is None:
+        for reject in rejects:
+            print(f"  rejected {reject}", file=sys.stderr)
+
+
 def _evaluate(args: argparse.Namespace) -> int:
-    from augsbert_ray.config import DataSpec, SourceSpec
     from augsbert_ray.data import load_gold
     from augsbert_ray.evaluation import evaluate
+    from augsbert_ray.evaluation.checks import check_class_labels, check_model_dir, check_scorable, model_kind
     from augsbert_ray.models import resolve_model
 
     model = resolve_model(args.model)
-    kind = args.kind
-    if kind == "auto":
-        config = Path(model) / "config_sentence_transformers.json"
-        model_type = json.loads(config.read_text()).get("model_type") if config.exists() else "SentenceTransformer"
-        kind = "cross_encoder" if model_type == "CrossEncoder" else "bi_encoder"
-    if args.data in ("stsb", "mrpc", "bws"):
-        data = DataSpec(dataset=args.data, task=args.task)
-    else:
-        test = SourceSpec(path=Path(args.data), format=args.format)
-        dev = SourceSpec(path=Path(args.dev), format=args.format) if args.dev else None
-        data = DataSpec(dataset=None, train=test, dev=dev or test, test=test, task=args.task)
+    check_model_dir(model)
+    kind = model_kind(model) if args.kind == "auto" else args.kind
+    data = _evaluation_data(args)
+    task = data.resolved_task
     gold = load_gold(data, seed=args.seed, data_dir=args.data_dir)
-    result = evaluate(kind, model, data.resolved_task, gold.dev, gold.test, threads=args.threads)
-    print(json.dumps({"model": model, "kind": kind, "task": data.resolved_task, **result.to_dict()}, indent=2))
+    if task == "classification":
+        check_class_labels(gold.rejects, gold.rows_read)
+    rejects_path = Path(args.rejects) if args.rejects else None
+    _report_rejects(gold.rows_read, gold.rejects, rejects_path, data.max_reject_fraction)
+    origin = {"test": args.data, "dev": args.dev or args.data}
+    for split in ("test", "dev"):
+        check_scorable(task, gold.split(split).column("label").to_numpy(), f"{origin[split]} ({split} split)")
+    result = evaluate(kind, model, task, gold.dev, gold.test, threads=args.threads)
+    rows = {"read": gold.rows_read, "accepted": gold.rows_read - len(gold.rejects), "rejected": len(gold.rejects),
+            "dev": gold.dev.num_rows, "test": gold.test.num_rows}
+    print(json.dumps({"model": model, "kind": kind, "task": task, **result.to_dict(), "rows": rows}, indent=2))
     return 0
 
 
@@ -171,7 +229,7 @@ def _submit(args: argparse.Namespace) -> int:
 
     jobs, submission_id = submission.submit(
         args.job, args.address, list(args.set or []), working_dir=args.working_dir, data_dir=args.data_dir,
-        pip=args.pip, submission_id=args.submission_id,
+        pip=args.pip, submission_id=args.submission_id, insecure=args.insecure,
     )
     print(f"submission id: {submission_id}", flush=True)
     if args.no_wait:
@@ -185,7 +243,7 @@ def _submit(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from augsbert_ray import submission
 
-    state, message = submission.status(submission.get(args.address, args.submission_id), args.submission_id)
+    state, message = submission.status(submission.get(args.address, args.submission_id, args.insecure), args.submission_id)
     print(f"{args.submission_id}: {state}{f' ({message})' if message else ''}")
     return 0
 
@@ -193,7 +251,7 @@ def _status(args: argparse.Namespace) -> int:
 def _logs(args: argparse.Namespace) -> int:
     from augsbert_ray import submission
 
-    jobs = submission.get(args.address, args.submission_id)
+    jobs = submission.get(args.address, args.submission_id, args.insecure)
     if args.follow:
         submission.follow_logs(jobs, args.submission_id)
     else:
@@ -307,7 +365,11 @@ def build_parser() -> argparse.ArgumentParser:
         "evaluate",
         help="score a model on a labeled pair set",
         description="Evaluate a bi-encoder or cross-encoder: Spearman x100 for regression; F1 x100 at the "
-        "dev-chosen threshold and AUC(0.05) for classification.",
+        "dev-chosen threshold and AUC(0.05) for classification. Prints the metrics as JSON on stdout, with the rows "
+        "read, accepted and rejected; the counts and every rejected row (file, line, field, reason) go to stderr "
+        "or --rejects. Exit status 2, with one line naming the problem, for an unusable model directory, labels "
+        "that are not 0/1 under --task classification, too many rejects, or a split with fewer than 2 pairs "
+        "or one label value.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -316,6 +378,12 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--dev", help="dev file that picks the classification threshold (default: the data itself)")
     evaluate.add_argument("--format", choices=["csv", "tsv", "jsonl", "parquet", "stsb", "mrpc", "bws"])
     evaluate.add_argument("--task", choices=["regression", "classification"])
+    evaluate.add_argument("--score-range", nargs=2, type=float, metavar=("LOW", "HIGH"),
+                          help="raw range of regression labels in --data/--dev, scaled to [0,1] (default: the "
+                          "format's own, 0 5 for stsb, else 0 1); labels outside it are rejected")
+    evaluate.add_argument("--rejects", metavar="FILE", help="write the rejected rows here (JSON lines) instead of listing them on stderr")
+    evaluate.add_argument("--max-reject-fraction", type=_fraction, default=0.01, metavar="FRACTION",
+                          help="fail when more than this share of the rows read is rejected (default: %(default)s)")
     evaluate.add_argument("--kind", choices=["auto", "bi_encoder", "cross_encoder"], default="auto")
     evaluate.add_argument("--data-dir", help="directory holding the named datasets")
     evaluate.add_argument("--seed", type=int, default=42, help="seed for splits carved from train")
@@ -335,16 +403,19 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("aliases", nargs="*", metavar="ALIAS", help=f"one of {', '.join([DEFAULT_MODEL, *PACKAGED_MODELS])} (default: all)")
     models.set_defaults(handler=_models)
     address_help = "Ray dashboard URL (default: $RAY_API_SERVER_ADDRESS, else http://127.0.0.1:8265)"
+    insecure_help = "send the auth token over plain http:// to a host other than this one (anyone on the network path can read it)"
     submit = commands.add_parser(
         "submit",
         help="submit a job spec to a Ray cluster (Ray Jobs API)",
         description="Submit `augsbert run JOB` to a Ray cluster as a Ray job. The working dir (default: the current "
         "directory, minus .venv, runs, .git) is shipped as the job's runtime env, so JOB must lie inside it. "
         "Prints the submission id; waits and streams the logs unless --no-wait. Exit status 0 when the job "
-        "SUCCEEDED. Token auth: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, or RAY_AUTH_MODE=token with ~/.ray/auth_token.",
+        "SUCCEEDED. Token auth: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, or RAY_AUTH_MODE=token with ~/.ray/auth_token; "
+        "a token file must be yours and mode 600, and a token goes over plain http:// only to this host (else --insecure).",
     )
     submit.add_argument("job", help="job spec YAML inside the working dir, e.g. jobs/stsb_indomain_bm25.yaml")
     submit.add_argument("--address", help=address_help)
+    submit.add_argument("--insecure", action="store_true", help=insecure_help)
     submit.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a spec field (repeatable); paths must exist on the cluster")
     submit.add_argument("--no-wait", action="store_true", help="print the submission id and return at once")
     submit.add_argument("--working-dir", help="directory shipped to the cluster (default: the current directory)")
@@ -356,11 +427,13 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="status of a submitted job", description="Print a submitted job's status: PENDING, RUNNING, SUCCEEDED, FAILED or STOPPED.")
     status.add_argument("submission_id", help="the id `augsbert submit` printed")
     status.add_argument("--address", help=address_help)
+    status.add_argument("--insecure", action="store_true", help=insecure_help)
     status.set_defaults(handler=_status)
 
     logs = commands.add_parser("logs", help="logs of a submitted job", description="Print a submitted job's driver logs.")
     logs.add_argument("submission_id", help="the id `augsbert submit` printed")
     logs.add_argument("--address", help=address_help)
+    logs.add_argument("--insecure", action="store_true", help=insecure_help)
     logs.add_argument("--follow", "-f", action="store_true", help="stream the logs until the job ends")
     logs.set_defaults(handler=_logs)
     return parser

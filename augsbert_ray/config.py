@@ -400,6 +400,16 @@ class JobSpec(_Strict):
     tuning: TuningSpec | None = Field(None, description="Seed optimization for the bi-encoder fits; off when absent.")
     target: TargetSpec | None = Field(None, description="The target domain; used (and required) by domain-transfer.")
 
+    @field_validator("name")
+    @classmethod
+    def _stays_in_output_dir(cls, name: str) -> str:
+        # The run directory is output_dir/<name>-<stamp>: a separator or '..' would put it elsewhere.
+        if not name.strip():
+            raise ValueError("is empty; it names the run directory output_dir/<name>-<stamp>")
+        if any(part in name for part in ("/", "\\", "..")):
+            raise ValueError("must not contain '/', '\\' or '..': the run directory output_dir/<name>-<stamp> must stay in output_dir")
+        return name
+
     @model_validator(mode="after")
     def _scenario_fits(self) -> "JobSpec":
         if not self.data.has_train:

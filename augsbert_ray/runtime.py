@@ -6,8 +6,13 @@ import json
 import logging
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import ray
+from ray._private import ray_constants
+
+from augsbert_ray.auth import check_token_file
 
 # Passed to every Ray worker: tokenizers' own thread pool fights torch's inside actors.
 WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false"}
@@ -24,9 +29,21 @@ def configure_torch_threads(threads: int) -> None:
 
 
 def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
-    """Join a cluster when ``address`` is given, else start an embedded local Ray. Reuses a running one."""
+    """Join a cluster when ``address`` is given, else start an embedded local Ray whose ports listen on
+    127.0.0.1 only. Reuses a running one. The token file Ray reads must be private; a new local Ray gets one.
+
+    Args:
+        address: 'auto' or a Ray address to join; None starts an embedded local Ray.
+        num_cpus: CPUs of the embedded local Ray (default: all).
+
+    Example:
+        ::
+
+            init_ray(num_cpus=2)  # as `augsbert run` starts its embedded Ray
+    """
     if ray.is_initialized():
         return
+    check_token_file(create=not address)
     env_vars = dict(WORKER_ENV)
     if "HF_HUB_OFFLINE" in os.environ:
         env_vars["HF_HUB_OFFLINE"] = os.environ["HF_HUB_OFFLINE"]
@@ -47,8 +64,26 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         # several and fail each query.
         port = free_local_port()
         env_vars["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{port}"
-        ray.init(num_cpus=num_cpus, include_dashboard=True, dashboard_port=port, runtime_env={"env_vars": env_vars})
+        with _loopback_node():
+            ray.init(num_cpus=num_cpus, include_dashboard=True, dashboard_port=port, runtime_env={"env_vars": env_vars})
     log.info("ray: %s", ray.cluster_resources())
+
+
+@contextmanager
+def _loopback_node() -> Iterator[None]:
+    """A Ray started inside registers its node as 127.0.0.1, and then every Ray server binds there.
+
+    Ray 2.60 replaces a loopback ``_node_ip_address`` with the host's address (services.resolve_ip_for_localhost),
+    and its GCS, raylet and worker servers then listen on all interfaces. It keeps 127.0.0.1 only while clustering
+    is off (what RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 sets, read once when ray is imported), so turn it off while
+    the node starts. Once started, every process of the node takes the address from the node.
+    """
+    enabled = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = enabled
 
 
 def cluster_gcs_address(address: str) -> str | None:

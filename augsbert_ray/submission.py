@@ -4,18 +4,22 @@ The job's driver runs on the cluster (the head node by default) as `python -m au
 JOB --address auto`, inside a runtime env whose working_dir is this project (code and job specs,
 without .venv, runs and .git). Token authentication: the client sends the token from
 RAY_AUTH_TOKEN, else from the file RAY_AUTH_TOKEN_PATH; with RAY_AUTH_MODE=token and neither set,
-Ray reads its default file (~/.ray/auth_token).
+Ray reads its default file (~/.ray/auth_token). A token file must be private (augsbert_ray.auth), and a
+token goes over plain http:// only to this host, unless --insecure.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from augsbert_ray.auth import check_token_file, read_token
 from augsbert_ray.config import SpecError, load_spec
 from augsbert_ray.data.paths import DATA_DIR_ENV, DataNotFoundError, resolve_data_dir
 
@@ -43,18 +47,45 @@ def auth_headers() -> dict[str, str]:
     path = os.environ.get("RAY_AUTH_TOKEN_PATH")
     if not token and path:
         try:
-            token = Path(path).expanduser().read_text(encoding="utf-8").strip()
+            token = read_token(Path(path).expanduser())
         except OSError as exc:
             raise SpecError(f"RAY_AUTH_TOKEN_PATH={path}: cannot read the token ({exc.strerror})") from None
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def client(address: str | None):
+def is_loopback(host: str) -> bool:
+    """localhost, 127.0.0.0/8 or ::1 (an IPv4-mapped loopback too)."""
+    if host == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_loopback or (isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None and ip.ipv4_mapped.is_loopback)
+
+
+def check_transport(url: str, sends_token: bool, insecure: bool) -> None:
+    """Refuse to send a bearer token over plain http:// to another host (anyone on the path reads it),
+    unless ``insecure``."""
+    parts = urlsplit(url)
+    if sends_token and not insecure and parts.scheme == "http" and not is_loopback(parts.hostname or ""):
+        raise SpecError(
+            f"--address {url}: refusing to send the Ray auth token over plain http to {parts.hostname}; use https, "
+            "a tunnel to 127.0.0.1 (ssh -L, kubectl port-forward, ray dashboard), or --insecure"
+        )
+
+
+def client(address: str | None, insecure: bool = False):
+    """A Jobs API client for the dashboard at ``address``; see ``dashboard_address`` and ``check_transport``."""
     from ray.job_submission import JobSubmissionClient
 
     url = dashboard_address(address)
+    check_token_file()
+    headers = auth_headers()
+    # With RAY_AUTH_MODE=token and no header of ours, Ray's client sends the token it finds itself.
+    check_transport(url, bool(headers) or os.environ.get("RAY_AUTH_MODE", "").lower() == "token", insecure)
     try:
-        return JobSubmissionClient(url, headers=auth_headers())
+        return JobSubmissionClient(url, headers=headers)
     except ConnectionError as exc:
         raise SpecError(f"cannot reach the Ray dashboard at {url}: {str(exc).splitlines()[0]}") from None
 
@@ -88,7 +119,7 @@ def entrypoint(job: Path, working_dir: Path, overrides: list[str]) -> str:
 
 def submit(
     job: str, address: str | None, overrides: list[str], working_dir: str | None = None, data_dir: str | None = None,
-    pip: list[str] | None = None, submission_id: str | None = None,
+    pip: list[str] | None = None, submission_id: str | None = None, insecure: bool = False,
 ) -> tuple[Any, str]:
     """Check the spec here, then submit it; returns (client, submission id)."""
     load_spec(job, overrides)  # a bad spec fails here, not minutes later on the cluster
@@ -96,7 +127,7 @@ def submit(
     if not root.is_dir():
         raise SpecError(f"--working-dir {root}: not a directory")
     command = entrypoint(Path(job), root, overrides)
-    jobs = client(address)
+    jobs = client(address, insecure)
     submitted = jobs.submit_job(
         entrypoint=command, runtime_env=runtime_env(root, data_dir, pip), submission_id=submission_id,
         metadata={"augsbert_job": Path(job).name},
@@ -120,9 +151,9 @@ def follow_logs(jobs, submission_id: str, out=sys.stdout) -> None:
     asyncio.run(tail())
 
 
-def get(address: str | None, submission_id: str):
+def get(address: str | None, submission_id: str, insecure: bool = False):
     """A client, after checking that the job exists (one clear error otherwise)."""
-    jobs = client(address)
+    jobs = client(address, insecure)
     try:
         jobs.get_job_info(submission_id)
     except RuntimeError as exc:

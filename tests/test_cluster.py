@@ -59,10 +59,13 @@ def env_names(container: dict) -> dict[str, dict]:
     return {item["name"]: item for item in container.get("env", [])}
 
 
+TOKEN_SECRET = {"name": "augsbert-ray-token", "key": "auth_token"}  # the Secret cluster/README.md has you create
+
+
 def check_token_env(container: dict) -> None:
     env = env_names(container)
     assert env["RAY_AUTH_MODE"]["value"] == "token", container["name"]
-    assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == "auth_token", container["name"]
+    assert env["RAY_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"] == TOKEN_SECRET, container["name"]
 
 
 def check_cluster_spec(spec: dict) -> None:
@@ -81,10 +84,20 @@ def check_cluster_spec(spec: dict) -> None:
     assert all(containers(g)[0]["resources"]["limits"]["nvidia.com/gpu"] >= 1 for g in gpu)
 
 
+def test_kuberay_manifests_ship_no_token_and_read_the_users_secret() -> None:
+    """A token shipped in a manifest would be the same on every cluster made from it: the user creates the Secret."""
+    for manifest in sorted((CLUSTER / "kuberay").glob("*.yaml")):
+        documents = list(yaml.safe_load_all(manifest.read_text()))
+        assert [doc["kind"] for doc in documents if doc["kind"] not in ("RayCluster", "RayJob")] == [], manifest.name
+        assert "REPLACE" not in manifest.read_text(), manifest.name
+        assert f"kubectl create secret generic {TOKEN_SECRET['name']} --from-literal={TOKEN_SECRET['key']}=" in manifest.read_text()
+    readme = (CLUSTER / "README.md").read_text()
+    assert f"kubectl create secret generic {TOKEN_SECRET['name']} --from-literal={TOKEN_SECRET['key']}=" in readme
+
+
 def test_kuberay_manifests_use_ray_io_v1_fields() -> None:
     documents = list(yaml.safe_load_all((CLUSTER / "kuberay" / "raycluster.yaml").read_text()))
     kinds = {doc["kind"]: doc for doc in documents}
-    assert kinds["Secret"]["stringData"]["auth_token"]
     assert kinds["RayCluster"]["apiVersion"] == "ray.io/v1"
     assert kinds["RayCluster"]["spec"]["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "127.0.0.1"
     check_cluster_spec(kinds["RayCluster"]["spec"])

@@ -48,8 +48,15 @@ def load_gold(spec: DataSpec, seed: int, data_dir: str | Path | None = None) -> 
     """Read, validate and split the gold pairs. ``train_limit`` then keeps a seeded random subset of train."""
     task = spec.resolved_task
     sources = gold_sources(spec, data_dir)
-    results: dict[str, ReadResult] = {split: read_pairs(source, task) for split, source in sources.items()}
-    tables = {split: result.table for split, result in results.items()}
+    # A file named for two splits (e.g. dev and test) is read, and its rows and rejects counted, once.
+    reads: list[tuple[SourceSpec, ReadResult]] = []
+    tables: dict[str, pa.Table] = {}
+    for split, source in sources.items():
+        result = next((done for seen, done in reads if seen == source), None)
+        if result is None:
+            result = read_pairs(source, task)
+            reads.append((source, result))
+        tables[split] = result.table
     if "all" in tables:  # BWS ships one file: split by topic or at random
         whole = tables.pop("all")
         tables.update(bws_cross_topic(whole) if spec.bws_split == "cross-topic" else bws_in_topic(whole, seed))
@@ -69,7 +76,7 @@ def load_gold(spec: DataSpec, seed: int, data_dir: str | Path | None = None) -> 
         train=tables["train"],
         dev=tables["dev"],
         test=tables["test"],
-        rows_read=sum(result.rows_read for result in results.values()),
-        rejects=[reject for result in results.values() for reject in result.rejects],
+        rows_read=sum(result.rows_read for _, result in reads),
+        rejects=[reject for _, result in reads for reject in result.rejects],
         train_before_limit=train_before_limit,
     )

@@ -22,6 +22,7 @@ from augsbert_ray.config import ColumnMap, FileFormat, SourceSpec, TaskType
 from augsbert_ray.data.rejects import Reject
 
 PAIR_FIELDS = ("sentence1", "sentence2", "label")
+MISSING_FIELD = "missing field"  # the reason of a reject whose field is absent or blank
 DEFAULT_SCORE_RANGE: dict[str, tuple[float, float]] = {"stsb": (0.0, 5.0)}
 # Named formats: how their columns map onto the pair fields.
 _BWS_COLUMNS = ColumnMap(sentence1="sentence_1", sentence2="sentence_2", label="regression_label", topic="topic")
@@ -176,7 +177,7 @@ def raw_rows(source: SourceSpec) -> Iterator[_RawRow | Reject]:
 def _parse_label(value: Any, task: TaskType, score_range: tuple[float, float]) -> tuple[float | int | None, str]:
     """(label, "") or (None, reason)."""
     if value is None or (isinstance(value, str) and not value.strip()):
-        return None, "missing field"
+        return None, MISSING_FIELD
     if task == "classification":
         text = str(value).strip().lower()
         mapping = {"0": 0, "1": 1, "0.0": 0, "1.0": 1, "false": 0, "true": 1}
@@ -188,7 +189,9 @@ def _parse_label(value: Any, task: TaskType, score_range: tuple[float, float]) -
     except (TypeError, ValueError):
         return None, f"non-numeric score {value!r}"
     low, high = score_range
-    if not math.isfinite(score) or not low <= score <= high:
+    if not math.isfinite(score):
+        return None, f"non-finite score {value!r}"
+    if not low <= score <= high:
         return None, f"score {value!r} outside [{low:g}, {high:g}]"
     return (score - low) / (high - low), ""
 
@@ -208,7 +211,7 @@ def validate_rows(
         for key in ("sentence1", "sentence2"):
             value = row.values.get(key)
             if value is None:
-                problem = Reject(str(path), row.line, key, "missing field", row.text)
+                problem = Reject(str(path), row.line, key, MISSING_FIELD, row.text)
             elif not isinstance(value, str) or not value.strip():
                 problem = Reject(str(path), row.line, key, "empty sentence", row.text)
             if problem:

@@ -15,6 +15,9 @@ class Reject:
     reason: str
     text: str = ""
 
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line} field {self.field!r}: {self.reason}"
+
 
 class TooManyRejectsError(ValueError):
     pass
@@ -27,8 +30,11 @@ def write_rejects(rejects: list[Reject], path: Path) -> None:
             out.write(json.dumps(asdict(reject), ensure_ascii=False) + "\n")
 
 
-def check_reject_fraction(rows_read: int, rejects: list[Reject], max_fraction: float, rejects_path: Path) -> None:
-    """Fail the job when bad rows pass the configured share of everything read."""
+def check_reject_fraction(
+    rows_read: int, rejects: list[Reject], max_fraction: float, rejects_path: Path | None,
+    setting: str = "data.max_reject_fraction",
+) -> None:
+    """Fail the job when bad rows pass the configured share (``setting`` names it) of everything read."""
     if rows_read == 0:
         raise TooManyRejectsError("no gold rows were read: check the data files")
     fraction = len(rejects) / rows_read
@@ -37,9 +43,8 @@ def check_reject_fraction(rows_read: int, rejects: list[Reject], max_fraction: f
         for reject in rejects:
             by_reason[reject.reason] = by_reason.get(reject.reason, 0) + 1
         summary = ", ".join(f"{reason}: {count}" for reason, count in sorted(by_reason.items(), key=lambda kv: -kv[1]))
-        first = rejects[0]
+        listed = f"; all listed in {rejects_path}" if rejects_path is not None else ""
         raise TooManyRejectsError(
-            f"{len(rejects)} of {rows_read} rows rejected ({fraction:.2%}), above data.max_reject_fraction="
-            f"{max_fraction:.2%} ({summary}); first at {first.file}:{first.line} field {first.field!r}: "
-            f"{first.reason}; all listed in {rejects_path}"
+            f"{len(rejects)} of {rows_read} rows rejected ({fraction:.2%}), above {setting}="
+            f"{max_fraction:.2%} ({summary}); first at {rejects[0]}{listed}"
         )

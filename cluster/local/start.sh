@@ -6,6 +6,7 @@
 # processes and nothing else (never `ray stop`: other Ray instances may run on this host).
 #
 #   cluster/local/start.sh [STATE_DIR]        default: $AUGSBERT_CLUSTER_DIR or /tmp/augsbert-cluster-$USER
+#                                             (made mode 700; an existing one must be yours and private)
 #   source STATE_DIR/cluster.env              RAY_AUTH_*, AUGSBERT_RAY_ADDRESS, AUGSBERT_DASHBOARD
 #   cluster/local/stop.sh [STATE_DIR]
 #
@@ -15,6 +16,15 @@ set -euo pipefail
 
 STATE="$(realpath -m "${1:-${AUGSBERT_CLUSTER_DIR:-/tmp/augsbert-cluster-${USER:-$(id -un)}}}")"
 HERE="$(cd "$(dirname "$0")" && pwd)"
+source "$HERE/private.sh"
+if [[ ! -e "$STATE" ]]; then
+    mkdir -p -- "$(dirname "$STATE")"
+    mkdir -m 700 -- "$STATE"  # fails, and so stops here, if another user made it since the test above
+fi
+require_private "$STATE"
+if [[ -e "$STATE/auth_token" ]]; then
+    require_private "$STATE/auth_token"  # reused below: it must not be readable by anyone else
+fi
 ROOT="$(cd "$HERE/../.." && pwd)"
 RAY="${RAY:-$ROOT/.venv/bin/ray}"
 [[ -x "$RAY" ]] || RAY="$(command -v ray)" || { echo "start.sh: error: no ray executable (set RAY=...)" >&2; exit 2; }

@@ -13,6 +13,8 @@ if [[ ! -f "$STATE/pids" ]]; then
     echo "stop.sh: nothing to stop ($STATE/pids not found)"
     exit 0
 fi
+source "$(dirname "$0")/private.sh"
+require_private "$STATE"  # its pids name the sessions to kill
 
 SESSIONS=$(awk '{print $2}' "$STATE/pids")
 

@@ -1,0 +1,107 @@
+"""Checks that an evaluation can give a meaningful number, made before any model is loaded: a metric on
+one pair or on one label value is NaN or meaningless, and a model directory must hold a model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from augsbert_ray.config import SpecError, TaskType
+from augsbert_ray.data.readers import MISSING_FIELD
+from augsbert_ray.data.rejects import Reject
+
+METRIC = {"regression": "Spearman", "classification": "F1/AUC"}
+
+
+def check_model_dir(model: str) -> None:
+    """A local model directory must hold a config.json that transformers can read (a hub id is left to the loader).
+
+    Args:
+        model: a resolved model name: a local directory or a Hugging Face id.
+
+    Example:
+        ::
+
+            check_model_dir("runs/stsb-20261124/models/sbert")
+    """
+    path = Path(model)
+    if not path.is_dir():
+        return
+    if not (path / "config.json").is_file():
+        raise SpecError(f"model {model}: not a model directory (no config.json)")
+    _json_object(path / "config.json", model)
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(model)
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"model {model}: config.json is not a model config ({str(exc).splitlines()[0]})") from None
+
+
+def _json_object(path: Path, model: str) -> dict:
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"model {model}: {path.name} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(settings, dict):
+        raise SpecError(f"model {model}: {path.name} is not a JSON object")
+    return settings
+
+
+def model_kind(model: str) -> str:
+    """``cross_encoder`` when the directory's config_sentence_transformers.json says CrossEncoder, else ``bi_encoder``.
+
+    Args:
+        model: a resolved model name: a local directory or a Hugging Face id.
+
+    Example:
+        ::
+
+            kind = model_kind("runs/stsb-20261124/models/cross_encoder")  # "cross_encoder"
+    """
+    config = Path(model) / "config_sentence_transformers.json"
+    if not config.is_file():
+        return "bi_encoder"
+    return "cross_encoder" if _json_object(config, model).get("model_type") == "CrossEncoder" else "bi_encoder"
+
+
+def check_class_labels(rejects: list[Reject], rows_read: int) -> None:
+    """Classification takes 0/1 labels: any other label value (a 0-1 score, NaN) is an error, not a reject,
+    since a score file read as classes keeps only its exact 0s and 1s.
+
+    Args:
+        rejects: the rejects of the files read with task classification.
+        rows_read: every row read, for the count in the message.
+
+    Example:
+        ::
+
+            check_class_labels(gold.rejects, gold.rows_read)
+    """
+    bad = [reject for reject in rejects if reject.field == "label" and reject.reason != MISSING_FIELD]
+    if bad:
+        raise SpecError(
+            f"--task classification needs 0/1 labels: {bad[0]} ({len(bad)} of {rows_read} rows); "
+            "scores need --task regression"
+        )
+
+
+def check_scorable(task: TaskType, labels: np.ndarray, what: str) -> None:
+    """A split needs two pairs and two different labels, else its metric is NaN (or F1 of one class).
+
+    Args:
+        task: regression or classification.
+        labels: the split's labels.
+        what: the split and its origin, for the message, e.g. ``"pairs.csv (test split)"``.
+
+    Example:
+        ::
+
+            check_scorable("regression", gold.test.column("label").to_numpy(), "stsb test split")
+    """
+    if len(labels) < 2:
+        raise SpecError(f"{what}: {len(labels)} pair(s) to score; {METRIC[task]} needs at least 2")
+    if len(np.unique(labels)) < 2:
+        raise SpecError(f"{what}: all {len(labels)} labels are equal; {METRIC[task]} needs at least two different labels")

@@ -1,0 +1,407 @@
+"""Issue 26, nothing silently wrong: every bad input gets exit status 2 and one line naming the file, line or field,
+or a counted reject. `augsbert evaluate` on bad pair files and model directories, Ray auth token files, plain-http
+token transport, the local cluster's state dir, job names that leave output_dir, and the embedded Ray's ports."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from augsbert_ray.auth import InsecureTokenError, check_token_file
+from augsbert_ray.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+START, STOP = REPO / "cluster" / "local" / "start.sh", REPO / "cluster" / "local" / "stop.sh"
+OTHER_UID = 65534  # nobody
+NO_SESSION = 2**31 - 1  # a session id no process has: were a refusal missed, stop.sh would signal nothing
+
+
+def pair_file(path: Path, labels: list[str]) -> Path:
+    """A csv of distinct pairs with these label cells (line 2 holds the first)."""
+    rows = [f"a cat sits on mat {i},a dog runs in park {i * 7 % 11},{label}" for i, label in enumerate(labels)]
+    path.write_text("sentence1,sentence2,label\n" + "".join(row + "\n" for row in rows))
+    return path
+
+
+def scores(count: int) -> list[str]:
+    return [f"{(i * 37 % 100) / 100:.2f}" for i in range(count)]
+
+
+def evaluate(capsys, model: Path, *args: str) -> tuple[int, str, str]:
+    code = main(["evaluate", str(model), *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def error_line(err: str) -> str:
+    """The one error line (stderr may hold the counts before it)."""
+    lines = [line for line in err.splitlines() if line.startswith("augsbert ")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+# --- augsbert evaluate: rejects are counted and shown -------------------------------------------------------
+
+
+def test_evaluate_counts_and_lists_a_nan_label(tiny_model: Path, tmp_path: Path, capsys) -> None:
+    labels = scores(100)
+    labels[5] = "nan"  # line 7
+    data = pair_file(tmp_path / "pairs.csv", labels)
+    code, out, err = evaluate(capsys, tiny_model, "--data", str(data))
+    assert code == 0, err
+    assert "read 100 rows: 99 accepted, 1 rejected\n" in err
+    assert f"  rejected {data}:7 field 'label': non-finite score 'nan'\n" in err
+    assert json.loads(out)["rows"] == {"read": 100, "accepted": 99, "rejected": 1, "dev": 99, "test": 99}
+
+
+def test_evaluate_writes_rejects_to_a_file(tiny_model: Path, tmp_path: Path, capsys) -> None:
+    labels = scores(100)
+    labels[9] = ""  # line 11
+    data, rejects = pair_file(tmp_path / "pairs.csv", labels), tmp_path / "out" / "rejects.jsonl"
+    code, out, err = evaluate(capsys, tiny_model, "--data", str(data), "--rejects", str(rejects))
+    assert code == 0, err
+    assert f"read 100 rows: 99 accepted, 1 rejected (see {rejects})" in err and "  rejected " not in err
+    written = [json.loads(line) for line in rejects.read_text().splitlines()]
+    assert [(row["file"], row["line"], row["field"], row["reason"]) for row in written] == [(str(data), 11, "label", "missing field")]
+    assert json.loads(out)["rows"]["read"] == 100
+
+
+def test_evaluate_reads_a_file_named_for_dev_and_test_once(tiny_model: Path, tmp_path: Path, capsys) -> None:
+    labels = scores(50)
+    labels[0] = "high"
+    data = pair_file(tmp_path / "pairs.csv", labels)
+    code, out, err = evaluate(capsys, tiny_model, "--data", str(data), "--max-reject-fraction", "0.05")
+    assert code == 0, err
+    assert json.loads(out)["rows"] == {"read": 50, "accepted": 49, "rejected": 1, "dev": 49, "test": 49}
+    assert err.count("  rejected ") == 1
+
+
+def test_evaluate_fails_above_the_reject_fraction(tiny_model: Path, tmp_path: Path, capsys) -> None:
+    """0-5 scores read without --score-range: only those up to 1 stay; the command fails instead of scoring them."""
+    data = pair_file(tmp_path / "stsb_like.csv", ["0.1", "0.9", "0.4", "0.6"] + [f"{1 + i % 2}.5" for i in range(16)])
+    code, out, err = evaluate(capsys, tiny_model, "--data", str(data))
+    assert code == 2 and out == ""
+    assert err == (
+        "read 20 rows: 4 accepted, 16 rejected\n"
+        "augsbert evaluate: error: 16 of 20 rows rejected (80.00%), above --max-reject-fraction=1.00% "
+        f"(score '1.5' outside [0, 1]: 8, score '2.5' outside [0, 1]: 8); first at {data}:6 field 'label': "
+        "score '1.5' outside [0, 1]\n"
+    )
+
+
+# --- augsbert evaluate: --score-range ------------------------------------------------------------------------
+
+
+def test_evaluate_score_range_scales_regression_labels(tiny_model: Path, tmp_path: Path, capsys) -> None:
+    data = pair_file(tmp_path / "stsb_like.csv", [f"{i % 6}.5" for i in range(19)] + ["5.0"])
+    code, out, err = evaluate(capsys, tiny_model, "--data", str(data), "--score-range", "0", "6")
+    assert code == 0, err
+    assert json.loads(out)["rows"] == {"read": 20, "accepted": 20, "rejected": 0, "dev": 20, "test": 20}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--score-range", "5", "0"], "--data {data}: score_range must be [low, high] with low < high, got [5.0, 0.0]"),
+        (["--score-range", "0", "5", "--task", "classification"],
+         "--score-range scales regression scores; --task classification takes 0/1 labels"),
+    ],
+)
+def test_evaluate_refuses_a_bad_score_range(tiny_model: Path, tmp_path: Path, capsys, args: list[str], message: str) -> None:
+    data = pair_file(tmp_path / "pairs.csv", scores(10))
+    code, _, err = evaluate(capsys, tiny_model, "--data", str(data), *args)
+    assert code == 2
+    assert err == f"augsbert evaluate: error: {message.format(data=data)}\n"
+
+
+def test_evaluate_refuses_a_score_range_for_a_named_dataset(tiny_model: Path, data_dir: Path, capsys) -> None:
+    code, _, err = evaluate(capsys, tiny_model, "--data", "stsb", "--data-dir", str(data_dir), "--score-range", "0", "5")
+    assert code == 2
+    assert err == "augsbert evaluate: error: --score-range is for pair files; the named dataset stsb has its own\n"
+
+
+# --- augsbert evaluate: classification labels ----------------------------------------------------------------
+
+
+def test_evaluate_refuses_classification_on_scores(tiny_model: Path, tmp_path: Path, capsys) -> None:
+    labels = ["0.84", "1", "0"] + scores(97)
+    data = pair_file(tmp_path / "scores.csv", labels)
+    bad = sum(label not in ("0", "1") for label in labels)
+    code, out, err = evaluate(capsys, tiny_model, "--data", str(data), "--task", "classification")
+    assert code == 2 and out == ""
+    assert err == (
+        f"augsbert evaluate: error: --task classification needs 0/1 labels: {data}:2 field 'label': "
+        f"bad label '0.84': expected 0 or 1 ({bad} of 100 rows); scores need --task regression\n"
+    )
+
+
+# --- augsbert evaluate: splits a metric cannot score ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "0 pair(s) to score; Spearman needs at least 2"),
+        ("sentence1,sentence2,label\n", "0 pair(s) to score; Spearman needs at least 2"),
+        ("sentence1,sentence2,label\na cat,a dog,0.5\n", "1 pair(s) to score; Spearman needs at least 2"),
+        ("sentence1,sentence2,label\na cat,a dog,0.5\nrain,sun,0.5\nx y,y z,0.5\n",
+         "all 3 labels are equal; Spearman needs at least two different labels"),
+    ],
+    ids=["empty-file", "header-only", "one-pair", "constant-labels"],
+)
+def test_evaluate_refuses_an_unscorable_split(tiny_model: Path, tmp_path: Path, capsys, content: str, message: str) -> None:
+    data = tmp_path / "pairs.csv"
+    data.write_text(content)
+    code, out, err = evaluate(capsys, tiny_model, "--data", str(data))
+    assert code == 2 and out == ""
+    assert error_line(err) == f"augsbert evaluate: error: {data} (test split): {message}"
+
+
+def test_evaluate_refuses_a_dev_file_of_one_class(tiny_model: Path, tmp_path: Path, capsys) -> None:
+    test = pair_file(tmp_path / "test.csv", ["0", "1"] * 5)
+    dev = pair_file(tmp_path / "dev.csv", ["1"] * 4)
+    code, _, err = evaluate(capsys, tiny_model, "--data", str(test), "--dev", str(dev), "--task", "classification")
+    assert code == 2
+    assert error_line(err) == (
+        f"augsbert evaluate: error: {dev} (dev split): all 4 labels are equal; F1/AUC needs at least two different labels"
+    )
+
+
+# --- augsbert evaluate: model directories --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ({}, "not a model directory (no config.json)"),
+        ({"config.json": "{not json"}, "config.json is not valid JSON (line 1: Expecting property name enclosed in double quotes)"),
+        ({"config.json": "[1, 2]"}, "config.json is not a JSON object"),
+        ({"config.json": '{"hidden_size": 32}'},
+         "config.json is not a model config (Unrecognized model in {model}. Should have a `model_type` key in its config.json.)"),
+        ({"config.json": '{"model_type": "bert"}', "config_sentence_transformers.json": "{"},
+         "config_sentence_transformers.json is not valid JSON (line 1: Expecting property name enclosed in double quotes)"),
+    ],
+    ids=["no-config", "config-not-json", "config-not-object", "config-without-model-type", "st-config-not-json"],
+)
+def test_evaluate_refuses_an_invalid_model_dir(tmp_path: Path, capsys, files: dict[str, str], message: str) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    for name, text in files.items():
+        (model / name).write_text(text)
+    data = pair_file(tmp_path / "pairs.csv", scores(10))
+    code, out, err = evaluate(capsys, model, "--data", str(data))
+    assert code == 2 and out == ""
+    assert err == f"augsbert evaluate: error: model {model}: {message.format(model=model)}\n"
+
+
+# --- job spec: the name must keep the run directory inside output_dir ----------------------------------------
+
+
+@pytest.mark.parametrize("name", ["../escape", "runs/inner", "..", "a..b", "back\\slash", "", "   "])
+def test_job_name_must_not_leave_output_dir(tmp_path: Path, capsys, name: str) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(f"name: {json.dumps(name)}\n")
+    assert main(["run", str(job)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"augsbert run: error: invalid job spec {job}:\n  name: Value error, ")
+    assert ("is empty" if not name.strip() else "must not contain '/', '\\' or '..'") in err
+
+
+# --- Ray auth token files ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def token_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """RAY_AUTH_TOKEN_PATH names tmp_path/auth_token (not written); no other token settings."""
+    path = tmp_path / "auth_token"
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(path))
+    for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE", "RAY_API_SERVER_ADDRESS", "RAY_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
+    return path
+
+
+def test_a_missing_token_file_is_created_private(token_env: Path) -> None:
+    check_token_file(create=True)
+    assert oct(token_env.stat().st_mode & 0o777) == "0o600"
+    assert len(token_env.read_text()) == 64
+    check_token_file(create=True)  # exists now: checked, kept
+    assert len(token_env.read_text()) == 64
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o620])
+def test_a_token_file_others_can_access_is_refused(token_env: Path, mode: int) -> None:
+    token_env.write_text("secret")
+    token_env.chmod(mode)
+    with pytest.raises(InsecureTokenError) as raised:
+        check_token_file()
+    assert str(raised.value) == f"token file {token_env} has mode {mode:03o}: group or others may access it; chmod 600 {token_env}"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_token_file_of_another_user_is_refused(token_env: Path) -> None:
+    token_env.write_text("secret")
+    token_env.chmod(0o600)
+    os.chown(token_env, OTHER_UID, OTHER_UID)
+    with pytest.raises(InsecureTokenError, match=rf"token file {token_env} is owned by uid {OTHER_UID}, not by you"):
+        check_token_file()
+
+
+def test_submit_refuses_a_world_readable_token_file(token_env: Path, capsys) -> None:
+    token_env.write_text("secret")
+    token_env.chmod(0o644)
+    assert main(["status", "raysubmit_x", "--address", "http://127.0.0.1:1"]) == 2
+    assert capsys.readouterr().err == (
+        f"augsbert status: error: token file {token_env} has mode 644: group or others may access it; chmod 600 {token_env}\n"
+    )
+
+
+def test_embedded_ray_refuses_a_world_readable_token_file(token_env: Path, tiny_cross_encoder: Path, tmp_path: Path) -> None:
+    """`augsbert label --sentences` starts an embedded Ray (a process of its own: this session's Ray is running)."""
+    token_env.write_text("secret")
+    token_env.chmod(0o644)
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("a cat sits\na dog runs\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "augsbert_ray.cli", "label", "--model", str(tiny_cross_encoder), "--sentences", str(sentences),
+         "--output", str(tmp_path / "out")], env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.splitlines()[-1] == (
+        f"augsbert label: error: token file {token_env} has mode 644: group or others may access it; chmod 600 {token_env}"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+# --- augsbert submit/status/logs: no token over plain http to another host -----------------------------------
+
+
+@pytest.mark.parametrize("command", [["submit", "jobs/stsb_indomain_bm25.yaml", "--working-dir", str(REPO)], ["status", "raysubmit_x"],
+                                     ["logs", "raysubmit_x"]])
+def test_token_not_sent_over_plain_http_to_another_host(token_env: Path, monkeypatch: pytest.MonkeyPatch, capsys, command: list[str]) -> None:
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "secret")
+    monkeypatch.chdir(REPO)
+    assert main([*command, "--address", "http://10.1.2.3:8265"]) == 2
+    assert capsys.readouterr().err == (
+        f"augsbert {command[0]}: error: --address http://10.1.2.3:8265: refusing to send the Ray auth token over plain http "
+        "to 10.1.2.3; use https, a tunnel to 127.0.0.1 (ssh -L, kubectl port-forward, ray dashboard), or --insecure\n"
+    )
+
+
+def test_token_from_rays_default_file_is_not_sent_over_plain_http(token_env: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:
+    """RAY_AUTH_MODE=token alone: Ray's client would send ~/.ray/auth_token itself."""
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH")
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    default = tmp_path / ".ray" / "auth_token"
+    default.parent.mkdir()
+    default.write_text("secret")
+    default.chmod(0o600)
+    assert main(["status", "raysubmit_x", "--address", "http://ray-head.example:8265"]) == 2
+    assert "refusing to send the Ray auth token over plain http to ray-head.example;" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("address", "flags"),
+    [("http://127.0.0.5:1", []), ("http://localhost:1", []), ("http://[::1]:1", []), ("http://0.0.0.0:1", ["--insecure"])],
+)
+def test_token_goes_to_this_host_or_with_insecure(token_env: Path, monkeypatch: pytest.MonkeyPatch, capsys, address: str, flags: list[str]) -> None:
+    """Past the transport check the client connects: nothing listens on port 1, so it cannot reach the dashboard."""
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "secret")
+    assert main(["status", "raysubmit_x", "--address", address, *flags]) == 2
+    assert capsys.readouterr().err.startswith(f"augsbert status: error: cannot reach the Ray dashboard at {address}: ")
+
+
+# --- cluster/local: a private state dir ----------------------------------------------------------------------
+
+
+def run_script(script: Path, state: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(script), str(state)], env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+
+
+def test_start_creates_a_private_state_dir(tmp_path: Path) -> None:
+    """No ray executable to be found: start.sh stops (exit 2) after making the state dir, before any node starts."""
+    state = tmp_path / "parent" / "state"
+    result = run_script(START, state, RAY=str(tmp_path / "no-ray"), PATH="/usr/bin:/bin")
+    assert (result.returncode, result.stderr) == (2, "start.sh: error: no ray executable (set RAY=...)\n")
+    assert state.is_dir() and oct(state.stat().st_mode & 0o777) == "0o700"
+
+
+@pytest.mark.parametrize("mode", [0o750, 0o705, 0o777])
+def test_start_refuses_a_state_dir_others_can_access(tmp_path: Path, mode: int) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    state.chmod(mode)
+    result = run_script(START, state)
+    assert result.returncode == 2
+    assert result.stderr == f"start.sh: error: {state} has mode {mode:o}: group or others may access it; chmod go= {state} (or use another state dir)\n"
+    assert os.listdir(state) == []
+
+
+def test_start_refuses_a_token_file_others_can_read(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "auth_token").write_text("planted")
+    (state / "auth_token").chmod(0o644)
+    result = run_script(START, state)
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"start.sh: error: {state}/auth_token has mode 644: group or others may access it; chmod go= {state}/auth_token (or use another state dir)\n"
+    )
+    assert sorted(os.listdir(state)) == ["auth_token"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+@pytest.mark.parametrize("script", [START, STOP], ids=["start", "stop"])
+def test_cluster_scripts_refuse_a_state_dir_of_another_user(tmp_path: Path, script: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (state / "pids").write_text(f"head {NO_SESSION}\n")  # for stop.sh: a session someone else planted
+    os.chown(state, OTHER_UID, OTHER_UID)
+    result = run_script(script, state)
+    assert result.returncode == 2
+    assert result.stderr == f"{script.name}: error: {state} is owned by uid {OTHER_UID}, not by you (uid 0); use a state dir of your own\n"
+
+
+def test_stop_refuses_a_state_dir_others_can_write(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "pids").write_text(f"head {NO_SESSION}\n")
+    state.chmod(0o777)
+    result = run_script(STOP, state)
+    assert result.returncode == 2 and "has mode 777: group or others may access it" in result.stderr
+    assert (state / "pids").exists()
+
+
+# --- the embedded Ray listens on 127.0.0.1 only --------------------------------------------------------------
+
+
+def is_loopback(host: str) -> bool:
+    ip = ipaddress.ip_address(host)
+    return ip.is_loopback or (isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None and ip.ipv4_mapped.is_loopback)
+
+
+def test_embedded_ray_listens_on_loopback_only(ray_session) -> None:
+    """Every listening socket of this session's Ray (started by init_ray): the GCS, raylet, dashboard and its agents,
+    the driver's and a worker's gRPC servers. Before the fix the GCS, raylet and workers listened on all interfaces."""
+    ray = ray_session
+
+    @ray.remote(num_cpus=0)
+    def worker_pid() -> int:
+        return os.getpid()
+
+    assert ray.get(worker_pid.remote()) != os.getpid()  # a worker process is up, with its own server
+    tree = [psutil.Process(), *psutil.Process().children(recursive=True)]
+    names = {process.pid: process.name() for process in tree}
+    listening = [(c.laddr.ip, c.laddr.port, names[c.pid]) for c in psutil.net_connections(kind="inet")
+                 if c.status == psutil.CONN_LISTEN and c.pid in names]
+    listeners = {name for _, _, name in listening}
+    assert {"gcs_server", "raylet"} <= listeners, listening
+    assert len(listening) >= 8, listening
+    assert [socket for socket in listening if not is_loopback(socket[0])] == []
+    assert ray.util.get_node_ip_address() == "127.0.0.1"
