@@ -33,7 +33,7 @@ from augsbert_ray.config import JobSpec, LabelingSpec, SamplingSpec, load_spec
 from augsbert_ray.evaluation import evaluate_on_ray
 from augsbert_ray.labeling import TEACHER_FILE, LabelJob, Teacher, TeacherMember, label_table
 from augsbert_ray.models import resolve_model
-from augsbert_ray.pipeline import PROGRESS_FILE, RunState, calibrate_teacher, read_gold, train_teacher
+from augsbert_ray.pipeline import PROGRESS_FILE, RunState, calibrate_teacher, read_gold, train_teacher, train_teacher_bi_encoder
 from augsbert_ray.runtime import init_ray, log, setup_logging
 from augsbert_ray.sampling import SentencePool, candidate_table
 
@@ -47,6 +47,8 @@ TASKS = {
 # mpnet is a base-size model: the learning rate sentence-transformers' examples use for it (the MiniLM jobs use 1e-4).
 MPNET_TEACHERS = ["teacher.kind=ensemble", "cross_encoder.model=mpnet", "cross_encoder.learning_rate=2.0e-5",
                   "teacher.bi_encoder.model=mpnet"]
+# An mpnet cross-encoder fit takes hours on 2 CPU cores: a stopped study goes on from its last training state.
+CHECKPOINTS = ["training.checkpoint_every=50"]
 THROUGHPUT_PAIRS = 2000
 RESULTS = ROOT / "bench" / "results" / "teacher_study.json"
 
@@ -61,7 +63,7 @@ def reproduction_row(task: str, seed: int, model: str) -> dict[str, float]:
 
 
 def study_spec(task: str, seed: int, work: Path, gpu: bool, extra: list[str]) -> JobSpec:
-    overrides = [f"seed={seed}", f"output_dir={work}", f"name={task}", *MPNET_TEACHERS, *extra]
+    overrides = [f"seed={seed}", f"output_dir={work}", f"name={task}", *MPNET_TEACHERS, *CHECKPOINTS, *extra]
     if gpu:
         overrides += ["training.use_gpu=true", "evaluation.gpus=0.5"]
     return load_spec(ROOT / TASKS[task], overrides)
@@ -77,8 +79,13 @@ def fit_and_score(
     progress = run_dir / PROGRESS_FILE
     state = RunState(run_dir, finished_fits=json.loads(progress.read_text(encoding="utf-8")) if progress.exists() else {})
     gold = read_gold(spec, state, data_dir)
-    teacher = calibrate_teacher(spec, state, train_teacher(spec, state, gold, (str(run_dir / "gold" / "train.parquet"), "label")), gold)
+    gold_file = (str(run_dir / "gold" / "train.parquet"), "label")
     models = run_dir / "models"
+    # the bi-encoder first: its fit is the shorter, and its scores tell early whether mpnet beats SBERT
+    train_teacher_bi_encoder(spec, state, gold, gold_file)
+    early = ray.get(evaluate_on_ray("bi_encoder", str(models / "teacher_bi_encoder"), spec.task, gold.dev, gold.test, 1, 0))
+    log.info("%s seed %d: bi_mpnet dev %.2f test %.2f", task, seed, early.dev, early.test)
+    teacher = calibrate_teacher(spec, state, train_teacher(spec, state, gold, gold_file), gold)
     jobs = {"ce_mpnet": ("cross_encoder", str(models / "cross_encoder")), "bi_mpnet": ("bi_encoder", str(models / "teacher_bi_encoder")),
             "ensemble_mpnet": ("teacher", str(models / TEACHER_FILE))}
     refs = {name: evaluate_on_ray(kind, model, spec.task, gold.dev, gold.test, spec.evaluation.cpus, spec.evaluation.gpus)
