@@ -336,7 +336,7 @@ def train_cross_encoder(spec: JobSpec, state: RunState, gold: GoldData, gold_fil
         if spec.cross_encoder.trained:
             return copy_trained_model(Path(spec.cross_encoder.trained).expanduser(), cross_encoder_dir, "cross_encoder")
         fit_cross_encoder(
-            spec.cross_encoder, resolve_model(spec.cross_encoder.model), spec.task, [gold_file],
+            spec.cross_encoder, resolve_model(spec.cross_encoder.model), [gold_file],
             spec.training, spec.seed, state.run_dir / "ray_train", cross_encoder_dir,
         )
         return {"trained_on": gold.train.num_rows * (2 if spec.cross_encoder.both_orders else 1)}

@@ -28,7 +28,6 @@ DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 EXCLUDES = [".venv", "venv", "runs", ".git", "__pycache__", ".pytest_cache", "*.egg-info", "build", "tmp"]
 # Passed to the driver and, through init_ray, to every Ray worker of the job.
 PASSED_ENV = ("HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM", "TRANSFORMERS_OFFLINE")
-TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
 
 def dashboard_address(address: str | None) -> str:

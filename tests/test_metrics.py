@@ -19,6 +19,16 @@ def test_f1_and_threshold_by_hand() -> None:
     assert f1_at(scores, labels, 0.9) == 0.0
 
 
+def test_best_threshold_equals_trying_every_score() -> None:
+    rng = np.random.default_rng(0)
+    for size in (1, 2, 7, 50, 400):
+        scores = np.round(rng.random(size), 2)  # rounded: many ties
+        labels = rng.integers(0, 2, size)
+        f1s = {float(t): f1_at(scores, labels, t) for t in np.unique(scores)}
+        best = max(f1s.values())
+        assert best_threshold(scores, labels) == max(t for t, f1 in f1s.items() if f1 == best)
+
+
 def test_auc05_by_hand() -> None:
     assert auc_at_fpr([0.9, 0.8, 0.2, 0.1], [1, 1, 0, 0]) == pytest.approx(1.0)
     assert auc_at_fpr([0.9, 0.8, 0.2, 0.1], [0, 0, 1, 1]) == pytest.approx(0.0)

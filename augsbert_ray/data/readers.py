@@ -21,7 +21,6 @@ import pyarrow.parquet as pq
 from augsbert_ray.config import ColumnMap, FileFormat, SourceSpec, TaskType
 from augsbert_ray.data.rejects import Reject
 
-PAIR_FIELDS = ("sentence1", "sentence2", "label")
 MISSING_FIELD = "missing field"  # the reason of a reject whose field is absent or blank
 DEFAULT_SCORE_RANGE: dict[str, tuple[float, float]] = {"stsb": (0.0, 5.0)}
 # Named formats: how their columns map onto the pair fields.

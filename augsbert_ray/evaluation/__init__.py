@@ -11,7 +11,7 @@ import pyarrow as pa
 import ray
 
 from augsbert_ray.config import TaskType
-from augsbert_ray.evaluation.metrics import auc_at_fpr, best_threshold, f1_at, jaccard_scores, spearman_x100
+from augsbert_ray.evaluation.metrics import auc_at_fpr, best_threshold, dev_metric, f1_at, jaccard_scores, spearman_x100
 from augsbert_ray.labeling.teacher import Teacher
 from augsbert_ray.runtime import configure_torch_threads
 
@@ -51,13 +51,6 @@ def score_pairs(kind: ScorerKind, model: str | None, sentences1: list[str], sent
     a = encoder.encode(sentences1, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
     b = encoder.encode(sentences2, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
     return np.sum(a * b, axis=1)
-
-
-def dev_metric(task: TaskType, scores: np.ndarray, labels: np.ndarray) -> float:
-    """The task's main metric on one split: Spearman x100, or F1 x100 at the threshold best on that split."""
-    if task == "regression":
-        return spearman_x100(scores, labels)
-    return f1_at(scores, labels, best_threshold(scores, labels))
 
 
 def score_pairs_on_ray(kind: ScorerKind, model: str | None, table: pa.Table, cpus: float, gpus: float) -> "ray.ObjectRef[np.ndarray]":

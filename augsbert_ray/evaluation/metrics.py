@@ -29,10 +29,29 @@ def f1_at(scores: Sequence[float], labels: Sequence[int], threshold: float) -> f
 
 
 def best_threshold(scores: Sequence[float], labels: Sequence[int]) -> float:
-    """The threshold (one of the scores) that maximizes F1; ties go to the higher threshold."""
-    candidates = np.unique(np.asarray(scores, dtype=np.float64))
-    f1s = np.array([f1_at(scores, labels, t) for t in candidates])
-    return float(candidates[len(f1s) - 1 - int(np.argmax(f1s[::-1]))])
+    """The threshold (one of the scores) that maximizes F1; ties go to the higher threshold.
+
+    One sort: at each distinct score t, the pairs scored >= t are those up to t's last tie in descending order,
+    and F1 is computed from their counts with the same arithmetic as ``f1_at``.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    truth = np.asarray(labels).astype(bool)
+    order = np.argsort(-scores, kind="stable")
+    descending, truth = scores[order], truth[order]
+    last_of_tie = np.r_[np.flatnonzero(np.diff(descending)), len(descending) - 1]
+    tp = np.cumsum(truth)[last_of_tie].astype(np.float64)
+    predicted = (last_of_tie + 1).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        precision, recall = tp / predicted, tp / truth.sum()
+        f1s = np.where(tp > 0, 200 * precision * recall / (precision + recall), 0.0)
+    return float(descending[last_of_tie][int(np.argmax(f1s))])  # descending: the first maximum is the highest threshold
+
+
+def dev_metric(task: str, scores: np.ndarray, labels: np.ndarray) -> float:
+    """The task's main metric on one split: Spearman x100, or F1 x100 at the threshold best on that split."""
+    if task == "regression":
+        return spearman_x100(scores, labels)
+    return f1_at(scores, labels, best_threshold(scores, labels))
 
 
 def auc_at_fpr(scores: Sequence[float], labels: Sequence[int], max_fpr: float = 0.05) -> float:

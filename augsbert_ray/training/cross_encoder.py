@@ -7,7 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from augsbert_ray.config import CrossEncoderSpec, TaskType, TrainingSpec
+from augsbert_ray.config import CrossEncoderSpec, TrainingSpec
 from augsbert_ray.training.ray_fit import TrainFile, fit_on_ray, read_training_pairs, train_and_report, worker_setup
 
 
@@ -36,12 +36,11 @@ def cross_encoder_train_loop(config: dict[str, Any]) -> None:
 def fit_cross_encoder(
     spec: CrossEncoderSpec,
     model: str,
-    task: TaskType,
     train_files: list[TrainFile],
     resources: TrainingSpec,
     seed: int,
     storage: Path,
     model_dir: Path,
 ) -> dict[str, Any]:
-    config = {"spec": spec.model_dump(mode="json"), "model": model, "task": task, "train_files": train_files, "seed": seed}
+    config = {"spec": spec.model_dump(mode="json"), "model": model, "train_files": train_files, "seed": seed}
     return fit_on_ray(cross_encoder_train_loop, config, resources, storage, "cross_encoder", model_dir)

@@ -15,7 +15,7 @@ import ray.train
 from ray.train import Checkpoint
 
 from augsbert_ray.config import BiEncoderSpec
-from augsbert_ray.evaluation.metrics import best_threshold, f1_at, spearman_x100
+from augsbert_ray.evaluation.metrics import dev_metric
 from augsbert_ray.training.bi_encoder import bi_encoder_loss
 from augsbert_ray.training.ray_fit import read_training_pairs, training_arguments, worker_setup
 
@@ -56,10 +56,7 @@ def dev_score(model: Any, dev: Any, task: str) -> float:
     a = model.encode(s1, batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
     b = model.encode(s2, batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
     model.train(was_training)
-    scores = np.sum(a * b, axis=1)
-    if task == "regression":
-        return spearman_x100(scores, labels)
-    return f1_at(scores, labels, best_threshold(scores, labels))
+    return dev_metric(task, np.sum(a * b, axis=1), labels)
 
 
 def epoch_seeded_batch_sampler(dataset: Any, batch_size: int, drop_last: bool, valid_label_columns: Any = None, generator: Any = None, seed: int = 0) -> Any:
