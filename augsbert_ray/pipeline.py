@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ from augsbert_ray.config import (
     BiEncoderSpec, DataSpec, JobSpec, SamplingSpec, SpecError, bi_encoder_name, dump_spec, load_spec,
 )
 from augsbert_ray.data import GoldData, check_reject_fraction, load_gold, read_sentences, write_rejects
+from augsbert_ray.files import atomic_write_text
 from augsbert_ray.evaluation import Evaluation, dev_metric, evaluate_on_ray, score_pairs_on_ray
 from augsbert_ray.labeling import TEACHER_FILE, LabelJob, Teacher, TeacherMember, label_table
 from augsbert_ray.models import resolve_model
@@ -88,9 +88,7 @@ class RunState:
 
 
 def write_progress(run_dir: Path, finished_fits: dict[str, dict[str, Any]]) -> None:
-    tmp = run_dir / f".{PROGRESS_FILE}.tmp"
-    tmp.write_text(json.dumps(finished_fits, indent=1), encoding="utf-8")
-    os.replace(tmp, run_dir / PROGRESS_FILE)
+    atomic_write_text(run_dir / PROGRESS_FILE, json.dumps(finished_fits, indent=1))
 
 
 def new_run_dir(spec: JobSpec) -> Path:

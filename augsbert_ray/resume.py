@@ -14,6 +14,7 @@ from typing import Any
 
 from augsbert_ray.config import RESUME_SETTABLE, JobSpec
 from augsbert_ray.data.gold import gold_sources
+from augsbert_ray.files import atomic_write_text
 from augsbert_ray.models import model_fingerprint, resolve_model
 
 FINGERPRINT_FILE = ".fingerprint.json"
@@ -72,7 +73,7 @@ def run_fingerprint(spec: JobSpec, data_dir: str | Path | None) -> dict[str, Any
 
 
 def write_fingerprint(run_dir: Path, fingerprint: dict[str, Any]) -> None:
-    (run_dir / FINGERPRINT_FILE).write_text(json.dumps(fingerprint, indent=1, sort_keys=True), encoding="utf-8")
+    atomic_write_text(run_dir / FINGERPRINT_FILE, json.dumps(fingerprint, indent=1, sort_keys=True))
 
 
 def changed_entries(run_dir: Path, now: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

@@ -31,6 +31,7 @@ import ray
 
 from augsbert_ray.config import JobSpec, LabelingSpec, SamplingSpec, load_spec
 from augsbert_ray.evaluation import evaluate_on_ray
+from augsbert_ray.files import atomic_write_text
 from augsbert_ray.labeling import TEACHER_FILE, LabelJob, Teacher, TeacherMember, label_table
 from augsbert_ray.models import resolve_model
 from augsbert_ray.pipeline import PROGRESS_FILE, RunState, calibrate_teacher, read_gold, train_teacher, train_teacher_bi_encoder
@@ -163,9 +164,7 @@ def main() -> None:
                 entry["labeling_host"] = {"cpus": ray.cluster_resources().get("CPU"), "gpus": ray.cluster_resources().get("GPU", 0)}
             entry["cells"][str(seed)] = cell
             entry["best_on_dev"] = best_on_dev(entry["cells"])
-            tmp = args.results.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(results, indent=1), encoding="utf-8")
-            os.replace(tmp, args.results)
+            atomic_write_text(args.results, json.dumps(results, indent=1))
             log.info("%s seed %d: %s", task, seed, json.dumps(cell["teachers"]))
 
 

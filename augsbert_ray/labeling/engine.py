@@ -20,6 +20,7 @@ import ray
 import ray.data
 
 from augsbert_ray.config import LabelingSpec, SpecError
+from augsbert_ray.files import atomic_write_text
 from augsbert_ray.labeling.plan import Shard, expand_inputs, input_format, plan_shards
 from augsbert_ray.labeling.scorer import STATS_KEY, ShardLabeler, calibration_pairs
 from augsbert_ray.labeling.teacher import Teacher
@@ -159,9 +160,7 @@ def write_manifest(output: Path, key: dict[str, Any], stats: dict[str, dict[str,
         "totals": totals,
         "shards": {shard.name: {"input": shard.path, "first_row": shard.first_row, **stats.get(shard.name, {"done": False})} for shard in shards},
     }
-    tmp = output / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(body, indent=1), encoding="utf-8")
-    os.replace(tmp, output / MANIFEST)
+    atomic_write_text(output / MANIFEST, json.dumps(body, indent=1))
 
 
 def merge_rejects(output: Path, shards: list[Shard]) -> Path:

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from augsbert_ray.data.rejects import Reject
+from augsbert_ray.files import atomic_write_text
 from augsbert_ray.labeling.backend import CALIBRATION_PAIRS, EmbeddingModel, PairModel
 from augsbert_ray.labeling.plan import Shard, read_shard
 from augsbert_ray.labeling.teacher import Teacher
@@ -155,7 +156,6 @@ class ShardLabeler:
         final = self.output / shard.name
         attempt = uuid.uuid4().hex[:8]  # a retried shard may overlap a dying actor's attempt: never share a temp file
         tmp = self.output / f".{shard.name}.{attempt}.tmp"
-        rejects_tmp = self.output / "_rejects" / f".{shard.name}.{attempt}.tmp"
         rejects: list[Reject] = []
         with pq.ParquetWriter(tmp, schema) as writer:
             for table in read_shard(shard, WINDOW):
@@ -168,9 +168,8 @@ class ShardLabeler:
             stats["labeled"], stats["rejected"] = stats["pairs_in"] - len(rejects), len(rejects)
             stats["seconds"] = round(time.perf_counter() - started, 3)
             writer.add_key_value_metadata({STATS_KEY: json.dumps(stats).encode()})
-        rejects_tmp.parent.mkdir(exist_ok=True)
-        rejects_tmp.write_text("".join(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in rejects), encoding="utf-8")
-        os.replace(rejects_tmp, self.output / "_rejects" / f"{shard.name}.jsonl")
+        (self.output / "_rejects").mkdir(exist_ok=True)
+        atomic_write_text(self.output / "_rejects" / f"{shard.name}.jsonl", "".join(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in rejects))
         os.replace(tmp, final)  # the shard exists only once it is complete
         return stats
 

@@ -18,6 +18,7 @@ from typing import Literal
 
 import numpy as np
 
+from augsbert_ray.files import atomic_write_text
 from augsbert_ray.models import model_fingerprint
 
 MemberKind = Literal["cross_encoder", "bi_encoder"]
@@ -110,7 +111,7 @@ class Teacher:
         members = [
             {**asdict(m), "model": _relative_to(m.model, directory)} for m in self.members
         ]
-        path.write_text(json.dumps({"kind": self.kind, "labeler": self.labeler, "members": members}, indent=1), encoding="utf-8")
+        atomic_write_text(path, json.dumps({"kind": self.kind, "labeler": self.labeler, "members": members}, indent=1))
         return path
 
     @classmethod
