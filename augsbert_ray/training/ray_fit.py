@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,50 @@ def training_arguments(
     )
 
 
+def progress_callback(name: str, every_seconds: float = 30.0) -> Any:
+    """A trainer callback for rank 0: one line every ``every_seconds`` and at the end, with steps done / total,
+    the rate, the time left and the latest loss. It stands in for transformers' printer of raw log dicts."""
+    from transformers import TrainerCallback
+
+    class ProgressLine(TrainerCallback):
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.started, self.first_step, self.shown, self.loss = time.monotonic(), state.global_step, 0.0, None
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
+            self.loss = (logs or {}).get("loss", self.loss)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            now = time.monotonic()
+            last = state.global_step >= state.max_steps
+            if not state.is_world_process_zero or (now - self.shown < every_seconds and not last):
+                return
+            self.shown = now
+            rate = (state.global_step - self.first_step) / max(now - self.started, 1e-9)
+            left = (state.max_steps - state.global_step) / rate if rate > 0 else float("inf")
+            loss = f", loss {self.loss:.4f}" if self.loss is not None else ""
+            print(f"fit {name}: step {state.global_step}/{state.max_steps} ({100 * state.global_step / state.max_steps:.0f}%), "
+                  f"{rate:.2f} steps/s, ETA {format_seconds(left)}{loss}", flush=True)
+
+    return ProgressLine()
+
+
+def format_seconds(seconds: float) -> str:
+    if seconds == float("inf"):
+        return "unknown"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def with_progress_line(trainer: Any, name: str, every_seconds: float = 30.0) -> Any:
+    """The trainer with a progress line in place of transformers' printed log dicts."""
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(progress_callback(name, every_seconds))
+    return trainer
+
+
 def train_resuming(trainer: Any, checkpoint_every: int | None) -> tuple[Any, int]:
     """Run ``trainer.train()``, resuming from the last training state Ray Train kept, if any.
 
@@ -118,7 +163,7 @@ def train_and_report(
         args = training_arguments(
             args_cls, spec, config["seed"], output_dir, find_unused_parameters, config["checkpoint_every"]
         )
-        trainer = trainer_cls(model=model, args=args, train_dataset=Dataset(table), loss=loss)
+        trainer = with_progress_line(trainer_cls(model=model, args=args, train_dataset=Dataset(table), loss=loss), config["name"])
         result, resumed_from_step = train_resuming(trainer, config["checkpoint_every"])
     metrics = {"train_loss": result.training_loss, "train_rows": table.num_rows, "steps": result.global_step}
     report_final_model(model, {**metrics, "resumed_from_step": resumed_from_step})
@@ -156,6 +201,7 @@ def fit_on_ray(
         train_loop,
         train_loop_config={
             **loop_config,
+            "name": name,
             "threads": max(1, int(resources.cpus_per_worker)),
             "checkpoint_every": resources.checkpoint_every,
         },

@@ -17,7 +17,7 @@ from ray.train import Checkpoint
 from augsbert_ray.config import BiEncoderSpec
 from augsbert_ray.evaluation.metrics import dev_metric
 from augsbert_ray.training.bi_encoder import bi_encoder_loss
-from augsbert_ray.training.ray_fit import read_training_pairs, training_arguments, worker_setup
+from augsbert_ray.training.ray_fit import read_training_pairs, training_arguments, with_progress_line, worker_setup
 
 
 def total_steps(rows: int, batch_size: int, workers: int, epochs: int) -> int:
@@ -157,6 +157,7 @@ def tuning_train_loop(config: dict[str, Any]) -> None:
             model, dev, config["task"], config["eval_steps"], config["stop_at"], config["stop_file"], is_rank_zero
         )
         trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset(table), loss=loss, callbacks=[reporter])
+        with_progress_line(trainer, Path(config["stop_file"]).name)
         trainer.train(resume_from_checkpoint=config["resume_from"])
         if is_rank_zero:  # the steps this fit ran, also when Tune stopped it after its last report
             Path(config["stop_file"] + ".steps").write_text(str(trainer.state.global_step - reporter.start_step))
