@@ -110,6 +110,10 @@ def test_sharded_bm25_equals_unsharded(ray_session, gold) -> None:
     untied = np.abs(scores[:, :-1] - scores[:, 1:]).min(axis=1) > 1e-4
     assert untied.sum() > len(sentences) // 4
     np.testing.assert_array_equal(sharded_ids[untied, :-1], ids[untied, :-1])
+    # one shard searched in this process, its queries in chunks: the same as one chunk
+    chunked_ids, chunked_scores = bm25_neighbours(sentences, depth, shard_size=len(sentences), query_chunk=150)
+    np.testing.assert_array_equal(chunked_ids, ids)
+    np.testing.assert_array_equal(chunked_scores, scores)
     # and the scores are plain bm25s scores over the whole corpus
     reference = bm25s.BM25()
     tokens = bm25s.tokenize(sentences, stopwords="en", show_progress=False)

@@ -56,16 +56,27 @@ class GlobalStatsBM25(bm25s.BM25):
         return {"data": matrix.data, "indices": matrix.indices, "indptr": matrix.indptr, "num_docs": len(corpus_token_ids)}
 
 
-def _search_shard(
-    shard_ids: list[list[int]], offset: int, query_ids: list[list[int]], vocab: dict, stats: tuple, depth: int, threads: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``depth`` hits of each query within one shard, as global sentence ids."""
+def _shard_index(shard_ids: list[list[int]], vocab: dict, stats: tuple) -> GlobalStatsBM25:
     retriever = GlobalStatsBM25(*stats)
     retriever.index((shard_ids, dict(vocab)), show_progress=False)  # a copy: bm25s adds "" to the vocab it gets
-    hits = min(depth, len(shard_ids))
+    return retriever
+
+
+def _retrieve(
+    retriever: GlobalStatsBM25, offset: int, query_ids: list[list[int]], vocab: dict, depth: int, threads: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``depth`` hits of each query within the retriever's shard, as global sentence ids."""
+    hits = min(depth, retriever.scores["num_docs"])
     queries = bm25s.tokenization.Tokenized(ids=query_ids, vocab=vocab)
     docs, scores = retriever.retrieve(queries, k=hits, show_progress=False, n_threads=threads)
     return docs.astype(np.int64) + offset, scores.astype(np.float32)
+
+
+def _search_shard(
+    shard_ids: list[list[int]], offset: int, query_ids: list[list[int]], vocab: dict, stats: tuple, depth: int, threads: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """A Ray task's work: index one shard and search it with a chunk of the queries."""
+    return _retrieve(_shard_index(shard_ids, vocab, stats), offset, query_ids, vocab, depth, threads)
 
 
 def bm25_neighbours(
@@ -83,18 +94,18 @@ def bm25_neighbours(
     n = len(sentences)
     shards = [(start, tokens.ids[start : start + shard_size]) for start in range(0, n, shard_size)]
     chunks = [tokens.ids[start : start + query_chunk] for start in range(0, n, query_chunk)]
-    if len(shards) == 1 and len(chunks) == 1:  # small corpus: no task overhead
-        return merge_ranked([_search_shard(shards[0][1], 0, chunks[0], tokens.vocab, stats, depth, threads)], depth)
-
-    search = ray.remote(num_cpus=cpus)(_search_shard)
-    vocab_ref, stats_ref = ray.put(tokens.vocab), ray.put(stats)
-    shard_refs = [(start, ray.put(ids)) for start, ids in shards]
-    per_chunk = []
-    for chunk in chunks:
-        chunk_ref = ray.put(chunk)
-        refs = [search.remote(ids, start, chunk_ref, vocab_ref, stats_ref, depth, threads) for start, ids in shard_refs]
-        per_chunk.append(refs)
-    results = [merge_ranked(ray.get(refs), depth) for refs in per_chunk]
+    if len(shards) == 1:  # one index, built once in this process: Ray tasks would add only their overhead
+        retriever = _shard_index(shards[0][1], tokens.vocab, stats)
+        per_chunk = [[_retrieve(retriever, 0, chunk, tokens.vocab, depth, threads)] for chunk in chunks]
+    else:
+        search = ray.remote(num_cpus=cpus)(_search_shard)
+        vocab_ref, stats_ref = ray.put(tokens.vocab), ray.put(stats)
+        shard_refs = [(start, ray.put(ids)) for start, ids in shards]
+        chunk_refs = [ray.put(chunk) for chunk in chunks]
+        refs = [[search.remote(ids, start, chunk_ref, vocab_ref, stats_ref, depth, threads) for start, ids in shard_refs]
+                for chunk_ref in chunk_refs]
+        per_chunk = [ray.get(chunk_refs) for chunk_refs in refs]
+    results = [merge_ranked(hits, depth) for hits in per_chunk]
     return np.concatenate([r[0] for r in results]), np.concatenate([r[1] for r in results])
 
 
