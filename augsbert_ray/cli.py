@@ -61,7 +61,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from augsbert_ray.tuning.stage import run_tuning_job
+    from augsbert_ray.tune_job import run_tuning_job
 
     overrides = list(args.set or [])
     if args.cross_encoder:

@@ -21,11 +21,11 @@ import ray.data
 from ray.data.expressions import col
 
 from augsbert_ray.config import (
-    BiEncoderSpec, DataSpec, JobSpec, SamplingSpec, SpecError, bi_encoder_name, dump_spec, load_spec,
+    TOP_K_STRATEGIES, BiEncoderSpec, DataSpec, JobSpec, SamplingSpec, SpecError, bi_encoder_name, dump_spec, load_spec,
 )
 from augsbert_ray.data import GoldData, check_reject_fraction, load_gold, read_sentences, write_rejects
-from augsbert_ray.files import atomic_write_text
 from augsbert_ray.evaluation import Evaluation, dev_metric, evaluate_on_ray, score_pairs_on_ray
+from augsbert_ray.files import atomic_write_text
 from augsbert_ray.labeling import TEACHER_FILE, LabelJob, Teacher, TeacherMember, label_table
 from augsbert_ray.models import resolve_model
 from augsbert_ray.report import plot_score_densities, write_report
@@ -37,7 +37,7 @@ from augsbert_ray.training import fit_bi_encoder, fit_cross_encoder
 from augsbert_ray.training.ray_fit import TrainFile
 from augsbert_ray.tuning.report import write_tuning_report
 from augsbert_ray.tuning.search import Outcome
-from augsbert_ray.tuning.stage import chosen_rows, silver_by_top_k, silver_files, tune_bi_encoder
+from augsbert_ray.tuning.stage import SilverByK, chosen_rows, silver_files, tune_bi_encoder, with_sampling
 
 # Each finished fit is recorded here, so that `augsbert run --resume` reuses it instead of fitting again.
 PROGRESS_FILE = "progress.json"
@@ -222,6 +222,29 @@ def make_silver(
         state.counts["kept"][strategy] = state.sampling[strategy]["kept"]
         silver_dirs[strategy] = silver_dir
     return silver_dirs, histograms
+
+
+def silver_by_top_k(
+    spec: JobSpec, state: RunState, gold: GoldData, teacher: Teacher, sbert_dir: Path, made: dict[str, Path]
+) -> SilverByK:
+    """Candidates and silver labels for each tuning.top_k value, made once here and shared by every seed's
+    trial. The spec's own sampling.top_k reuses the silver already in ``made``."""
+    strategies = [s for s in spec.sampling.strategies if s in TOP_K_STRATEGIES and bi_encoder_name(s) in spec.tuned_models()]
+    if spec.tuning is None or not spec.tuning.top_k or not strategies:
+        return {}
+    by_k: SilverByK = {}
+    for k in spec.tuning.top_k:
+        if k == spec.sampling.top_k and all(strategy in made for strategy in strategies):
+            by_k[k] = {strategy: made[strategy] for strategy in strategies}
+            continue
+        k_state = RunState(state.run_dir / "tuning_silver" / f"top_k{k}")
+        k_state.run_dir.mkdir(parents=True, exist_ok=True)
+        log.info("tuning: silver for top_k=%d (%s)", k, ", ".join(strategies))
+        by_k[k], _ = make_silver(
+            with_sampling(spec, top_k=k, strategies=strategies), k_state, CandidateSource.in_domain(gold), teacher, sbert_dir
+        )
+        state.counts.setdefault("tuning_silver", {})[f"top_k={k}"] = {key: k_state.counts.get(key) for key in ("candidates", "labeled")}
+    return by_k
 
 
 def fit_once(spec: JobSpec, state: RunState, name: str, fit: Callable[[], dict[str, Any]]) -> dict[str, Any]:

@@ -1,0 +1,63 @@
+"""The package's import graph, lazy imports inside functions included, has no cycle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "augsbert_ray"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("augsbert_ray"):
+                targets.add(node.module)
+                targets.update(f"{node.module}.{alias.name}" for alias in node.names)  # submodules imported by name
+            elif isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names if alias.name.startswith("augsbert_ray"))
+        # importing a.b.c runs a/__init__ and a/b/__init__ first: those are edges too
+        targets |= {".".join(target.split(".")[:depth]) for target in targets for depth in range(2, target.count(".") + 1)}
+        graph[name] = {target for target in targets if target in modules and target != name and not name.startswith(target + ".")}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for target in sorted(graph[node]):
+            if state.get(target) == 1:
+                return stack[stack.index(target):] + [target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    graph = import_graph()
+    assert "augsbert_ray.pipeline" in graph and graph["augsbert_ray.pipeline"]
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
