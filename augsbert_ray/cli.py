@@ -204,6 +204,10 @@ def _evaluate(args: argparse.Namespace) -> int:
         check_class_labels(gold.rejects, gold.rows_read)
     rejects_path = Path(args.rejects) if args.rejects else None
     _report_rejects(gold.rows_read, gold.rejects, rejects_path, data.max_reject_fraction)
+    repeats = [f"{split} {gold.duplicates[split]} ({gold.label_conflicts[split]} with another label)"
+               for split in ("dev", "test") if gold.duplicates[split]]
+    if repeats:
+        print(f"repeated pairs removed (either order, the first kept): {', '.join(repeats)}", file=sys.stderr)
     origin = {"test": args.data, "dev": args.dev or args.data}
     for split in ("test", "dev"):
         check_scorable(task, gold.split(split).column("label").to_numpy(), f"{origin[split]} ({split} split)")

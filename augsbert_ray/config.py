@@ -78,7 +78,12 @@ class DataSpec(_Strict):
     train_limit: int | None = Field(None, gt=0, description="Reproducible random subset of N gold train pairs.")
     eval_limit: int | None = Field(None, gt=0, description="Reproducible random subsets of N dev and N test pairs (quick runs).")
     dev_fraction: float = Field(0.1, gt=0, lt=1, description="Dev split carved from train when there is no dev file.")
-    max_reject_fraction: float = Field(0.01, ge=0, le=1)
+    max_reject_fraction: float = Field(
+        0.01, ge=0, le=1, description="Fail when rejected rows pass this share of the rows read, overall or in any one split."
+    )
+    on_overlap: Literal["error", "drop", "keep"] = Field(
+        "drop", description="Dev/test pairs also in train (either order): drop them from train, stop the job, or keep them."
+    )
 
     @model_validator(mode="after")
     def _has_sources(self) -> "DataSpec":

@@ -23,7 +23,7 @@ from ray.data.expressions import col
 from augsbert_ray.config import (
     TOP_K_STRATEGIES, BiEncoderSpec, DataSpec, JobSpec, SamplingSpec, SpecError, bi_encoder_name, dump_spec, load_spec,
 )
-from augsbert_ray.data import GoldData, check_reject_fraction, load_gold, read_sentences, write_rejects
+from augsbert_ray.data import GoldData, check_gold_usable, check_reject_fractions, load_gold, read_sentences, write_rejects
 from augsbert_ray.evaluation import Evaluation, dev_metric, evaluate_on_ray, score_pairs_on_ray
 from augsbert_ray.files import atomic_write_text
 from augsbert_ray.labeling import TEACHER_FILE, LabelJob, Teacher, TeacherMember, label_table
@@ -104,13 +104,17 @@ def new_run_dir(spec: JobSpec) -> Path:
 
 def read_gold(spec: JobSpec, state: RunState, data_dir: str | Path | None) -> GoldData:
     """The gold (in-domain) or source (transfer) pairs, into gold/ with rejects.jsonl and counts."""
-    return read_splits(spec.data, spec.seed, state, data_dir, "gold", "")
+    gold = read_splits(spec.data, spec.seed, state, data_dir, "gold", "")
+    check_gold_usable(gold, spec)
+    return gold
 
 
 def read_target(spec: JobSpec, state: RunState, data_dir: str | Path | None) -> GoldData:
     """The transfer target's splits, into target/ with target_rejects.jsonl and target_* counts."""
     assert spec.target is not None
-    return read_splits(spec.target.data, spec.seed, state, data_dir, "target", "target_")
+    target = read_splits(spec.target.data, spec.seed, state, data_dir, "target", "target_")
+    check_gold_usable(target, spec, target=True)
+    return target
 
 
 def read_splits(data: DataSpec, seed: int, state: RunState, data_dir: str | Path | None, folder: str, prefix: str) -> GoldData:
@@ -125,8 +129,9 @@ def read_splits(data: DataSpec, seed: int, state: RunState, data_dir: str | Path
         f"{prefix or 'gold_'}train": gold.train.num_rows,
         f"{prefix or 'gold_'}dev": gold.dev.num_rows,
         f"{prefix or 'gold_'}test": gold.test.num_rows,
+        **gold.cleaning_counts(prefix or "gold_"),
     })
-    check_reject_fraction(gold.rows_read, gold.rejects, data.max_reject_fraction, rejects_path)
+    check_reject_fractions(gold, data.max_reject_fraction, rejects_path, folder)
     split_dir = state.run_dir / folder
     split_dir.mkdir(exist_ok=True)
     for split in ("train", "dev", "test"):

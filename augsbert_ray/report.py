@@ -55,6 +55,21 @@ def dataset_name(data: Any) -> str:
     return data.dataset + (f" ({data.bws_split})" if data.dataset == "bws" else "") if data.dataset else str(data.train or data.test)
 
 
+def cleaning_lines(what: str, counts: dict[str, Any], on_overlap: str) -> list[str]:
+    """The accepted pairs removed on purpose (see GoldData.cleaning_counts): repeats within a split, and train
+    pairs that dev or test also has."""
+    def per_split(counted: dict[str, int]) -> str:
+        return ", ".join(f"{split} {n}" for split, n in counted.items())
+
+    overlap = counts[f"{what}_overlap"]
+    return [
+        f"- {what} pairs repeated within a split (either order), removed with the first kept: "
+        f"{per_split(counts[f'{what}_duplicates'])}; of these with another label: {per_split(counts[f'{what}_label_conflicts'])}",
+        f"- {what} dev/test pairs also in train (either order): {per_split(overlap)}; "
+        f"{counts[f'{what}_overlap_dropped']} dropped from train (on_overlap: {on_overlap})",
+    ]
+
+
 def write_report(spec: JobSpec, metrics: dict[str, Any], path: Path) -> None:
     metric = "Spearman x100" if metrics["task"] == "regression" else "F1 x100 (positive class, dev threshold)"
     trained_on = metrics["counts"].get("trained_on", {})
@@ -98,6 +113,9 @@ def write_report(spec: JobSpec, metrics: dict[str, Any], path: Path) -> None:
     if "target_rows_read" in counts:
         lines.append(f"- target rows read {counts['target_rows_read']} = accepted {counts['target_accepted']} + rejected "
                      f"{counts['target_rejected']} (rejects in target_rejects.jsonl)")
+    for what, data in (("gold", spec.data), ("target", spec.target.data if spec.target else None)):
+        if data is not None:
+            lines += cleaning_lines(what, counts, data.on_overlap)
     if "given_pairs" in counts:
         given = counts["given_pairs"]
         lines.append(f"- target train pairs {given['pairs_in']} = candidates {given['candidates']} + self-pairs "

@@ -12,10 +12,16 @@ import sys
 from pathlib import Path
 
 import psutil
+import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from augsbert_ray.auth import InsecureTokenError, check_token_file
 from augsbert_ray.cli import main
+from augsbert_ray.config import SpecError, load_spec
+from augsbert_ray.data import check_gold_usable, load_gold
+from augsbert_ray.pipeline import RunState, read_gold
+from augsbert_ray.report import write_report
 
 REPO = Path(__file__).resolve().parents[1]
 START, STOP = REPO / "cluster" / "local" / "start.sh", REPO / "cluster" / "local" / "stop.sh"
@@ -23,9 +29,9 @@ OTHER_UID = 65534  # nobody
 NO_SESSION = 2**31 - 1  # a session id no process has: were a refusal missed, stop.sh would signal nothing
 
 
-def pair_file(path: Path, labels: list[str]) -> Path:
-    """A csv of distinct pairs with these label cells (line 2 holds the first)."""
-    rows = [f"a cat sits on mat {i},a dog runs in park {i * 7 % 11},{label}" for i, label in enumerate(labels)]
+def pair_file(path: Path, labels: list[str], tag: str = "") -> Path:
+    """A csv of distinct pairs with these label cells (line 2 holds the first); files of different tags share no pair."""
+    rows = [f"a cat sits on mat {tag}{i},a dog runs in park {i * 7 % 11},{label}" for i, label in enumerate(labels)]
     path.write_text("sentence1,sentence2,label\n" + "".join(row + "\n" for row in rows))
     return path
 
@@ -212,6 +218,249 @@ def test_job_name_must_not_leave_output_dir(tmp_path: Path, capsys, name: str) -
     err = capsys.readouterr().err
     assert err.startswith(f"augsbert run: error: invalid job spec {job}:\n  name: Value error, ")
     assert ("is empty" if not name.strip() else "must not contain '/', '\\' or '..'") in err
+
+
+# --- augsbert run: gold data a fit or a metric cannot use stops the run before any fit -----------------------
+
+
+def split_file(path: Path, content: list[str] | str) -> Path:
+    """Distinct pairs with these labels (tagged by the file's name, so that splits share no pair), or raw text."""
+    if isinstance(content, str):
+        path.write_text(content)
+        return path
+    return pair_file(path, content, tag=path.stem)
+
+
+def own_data(tmp_path: Path, train: list[str] | str, dev: list[str] | str = scores(20), test: list[str] | str = scores(20),
+             **fields: str) -> dict:
+    """A data section of csv files under tmp_path/<name>/ (no named dataset)."""
+    folder = tmp_path / fields.pop("name", "gold")
+    folder.mkdir()
+    files = {split: split_file(folder / f"{split}.csv", content) for split, content in (("train", train), ("dev", dev), ("test", test))}
+    return {"dataset": None, **{split: {"path": str(path)} for split, path in files.items()}, **fields}
+
+
+def job_file(tmp_path: Path, data: dict, **sections: object) -> Path:
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"name": "bad", "output_dir": str(tmp_path / "runs"), "data": data, **sections}))
+    return job
+
+
+def run_error(tmp_path: Path, capsys, job: Path, *settings: str, data_dir: Path | None = None) -> tuple[str, Path]:
+    """`augsbert run` must exit 2 with one error line, having fitted nothing: (the line, the run directory)."""
+    args = ["run", str(job), *[arg for setting in settings for arg in ("--set", setting)]]
+    assert main(args + (["--data-dir", str(data_dir)] if data_dir else [])) == 2
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert {path.name for path in run_dir.iterdir()} <= {"spec.yaml", ".fingerprint.json", "rejects.jsonl", "gold", "target_rejects.jsonl", "target"}
+    return error_line(capsys.readouterr().err), run_dir
+
+
+def too_small(what: str, rows: int, need: int, setting: str) -> str:
+    pairs = "pair" if rows == 1 else "pairs"
+    return (f"{what} train split: {rows} {pairs}, fewer than one training batch ({setting}); "
+            f"needs at least {need} pairs (a fit drops an incomplete batch)")
+
+
+@pytest.mark.parametrize(
+    ("train", "rows"),
+    [("", 0), ("sentence1,sentence2,label\n", 0), (scores(1), 1), (scores(2), 2), (scores(15), 15)],
+    ids=["empty-file", "header-only", "one-pair", "two-pairs", "one-short-of-a-batch"],
+)
+def test_run_refuses_a_train_split_smaller_than_a_batch(ray_session, tmp_path: Path, capsys, train: list[str] | str, rows: int) -> None:
+    """Before: Ray Train tracebacks after one to two minutes."""
+    line, run_dir = run_error(tmp_path, capsys, job_file(tmp_path, own_data(tmp_path, train)))
+    assert line == f"augsbert run: error: {too_small('gold', rows, 16, 'bi_encoder.batch_size=16')}"
+    assert not (run_dir / "models").exists()
+
+
+def test_run_refuses_a_train_limit_below_a_batch(ray_session, tmp_path: Path, data_dir: Path, capsys) -> None:
+    line, _ = run_error(tmp_path, capsys, job_file(tmp_path, {"dataset": "stsb"}), "data.train_limit=7", data_dir=data_dir)
+    assert line == f"augsbert run: error: {too_small('gold', 7, 16, 'bi_encoder.batch_size=16')}"
+
+
+@pytest.mark.parametrize(
+    ("settings", "need", "setting"),
+    [
+        (["cross_encoder.batch_size=64"], 32, "cross_encoder.batch_size=64 with both_orders"),
+        (["cross_encoder.batch_size=48", "cross_encoder.both_orders=false"], 48, "cross_encoder.batch_size=48"),
+        (["teacher.kind=bi-encoder", "teacher.bi_encoder.model=minilm", "teacher.bi_encoder.batch_size=40"], 40,
+         "teacher.bi_encoder.batch_size=40"),
+        (["training.num_workers=2"], 32, "bi_encoder.batch_size=16 on each of training.num_workers=2"),
+    ],
+    ids=["cross-encoder-both-orders", "cross-encoder-one-order", "bi-encoder-teacher", "two-workers"],
+)
+def test_the_largest_batch_of_the_fits_on_train_sets_the_smallest_split(tmp_path: Path, settings: list[str], need: int, setting: str) -> None:
+    spec = load_spec(job_file(tmp_path, own_data(tmp_path, scores(need))), settings)
+    check_gold_usable(load_gold(spec.data, seed=1), spec)  # exactly one batch: usable
+    short = load_spec(job_file(tmp_path, own_data(tmp_path, scores(need - 1), name="short")), settings)
+    with pytest.raises(SpecError) as raised:
+        check_gold_usable(load_gold(short.data, seed=1), short)
+    assert str(raised.value) == too_small("gold", need - 1, need, setting)
+
+
+def test_a_teacher_given_trained_does_not_size_the_train_split(tmp_path: Path, tiny_cross_encoder: Path) -> None:
+    spec = load_spec(job_file(tmp_path, own_data(tmp_path, scores(16))), ["cross_encoder.batch_size=64", f"cross_encoder.trained={tiny_cross_encoder}"])
+    check_gold_usable(load_gold(spec.data, seed=1), spec)
+
+
+def test_run_refuses_identical_train_scores_with_kde(ray_session, tmp_path: Path, capsys) -> None:
+    """Before: a clear error, but after two fits and 5,700 labels (215 s)."""
+    data = own_data(tmp_path, ["0.5"] * 20)
+    line, _ = run_error(tmp_path, capsys, job_file(tmp_path, data), "sampling.strategies=[kde]")
+    assert line == ("augsbert run: error: gold train split: all 20 labels are 0.5; sampling.strategies kde fits a density "
+                    "to them and needs at least two different labels")
+    spec = load_spec(job_file(tmp_path, data), ["sampling.strategies=[bm25]"])
+    check_gold_usable(load_gold(spec.data, seed=1), spec)  # only KDE needs them to differ
+
+
+@pytest.mark.parametrize(
+    ("splits", "message"),
+    [
+        ({"train": ["1"] * 20}, "gold train split: all 20 labels are 1; classification needs both classes, 0 and 1"),
+        ({"dev": ["1"] * 20}, "gold dev split: all 20 labels are equal; F1/AUC needs at least two different labels"),
+    ],
+    ids=["train", "dev"],
+)
+def test_run_refuses_a_single_class(ray_session, tmp_path: Path, capsys, splits: dict[str, list[str]], message: str) -> None:
+    data = own_data(tmp_path, **{"train": ["0", "1"] * 10, "dev": ["0", "1"] * 10, "test": ["0", "1"] * 10, **splits}, task="classification")
+    line, _ = run_error(tmp_path, capsys, job_file(tmp_path, data))
+    assert line == f"augsbert run: error: {message}"
+
+
+@pytest.mark.parametrize(
+    ("splits", "message"),
+    [
+        ({"dev": "sentence1,sentence2,label\n"}, "gold dev split: 0 pair(s) to score; Spearman needs at least 2"),
+        ({"dev": scores(1)}, "gold dev split: 1 pair(s) to score; Spearman needs at least 2"),
+        ({"test": ""}, "gold test split: 0 pair(s) to score; Spearman needs at least 2"),
+        ({"test": scores(1)}, "gold test split: 1 pair(s) to score; Spearman needs at least 2"),
+    ],
+    ids=["dev-header-only", "dev-one-pair", "test-empty", "test-one-pair"],
+)
+def test_run_refuses_dev_or_test_below_two_pairs(ray_session, tmp_path: Path, capsys, splits: dict[str, list[str] | str], message: str) -> None:
+    line, _ = run_error(tmp_path, capsys, job_file(tmp_path, own_data(tmp_path, scores(20), **splits)))
+    assert line == f"augsbert run: error: {message}"
+
+
+def transfer_sections(target: dict) -> dict:
+    return {"scenario": "domain-transfer", "target": target}
+
+
+def test_run_refuses_a_transfer_source_smaller_than_a_batch(ray_session, tmp_path: Path, capsys) -> None:
+    target = {"data": own_data(tmp_path, scores(20), name="target")}
+    line, run_dir = run_error(tmp_path, capsys, job_file(tmp_path, own_data(tmp_path, scores(7)), **transfer_sections(target)))
+    assert line == f"augsbert run: error: {too_small('source', 7, 16, 'bi_encoder.batch_size=16')}"
+    assert not (run_dir / "target").exists()  # the source is checked before the target is read
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ({"dev": scores(1)}, "target dev split: 1 pair(s) to score; Spearman needs at least 2"),
+        ({"test": "sentence1,sentence2,label\n"}, "target test split: 0 pair(s) to score; Spearman needs at least 2"),
+        ({"train": "sentence1,sentence2,label\n"}, too_small("target", 0, 16, "bi_encoder.batch_size=16")),
+        ({"train": scores(5)}, too_small("target", 5, 16, "bi_encoder.batch_size=16")),
+    ],
+    ids=["dev-one-pair", "test-header-only", "train-empty", "train-below-a-batch"],
+)
+def test_run_refuses_a_transfer_target_it_cannot_use(ray_session, tmp_path: Path, capsys, target: dict, message: str) -> None:
+    sections = transfer_sections({"data": own_data(tmp_path, **{"train": scores(20), **target}, name="target")})
+    line, _ = run_error(tmp_path, capsys, job_file(tmp_path, own_data(tmp_path, scores(20)), **sections))
+    assert line == f"augsbert run: error: {message}"
+
+
+def test_a_transfer_target_without_train_is_usable_with_sentences(tmp_path: Path) -> None:
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("a cat sits\na dog runs\nrain falls\n")
+    data = own_data(tmp_path, "sentence1,sentence2,label\n", name="target")
+    del data["train"]
+    target = {"data": data, "candidates": "sentences", "sentences": str(sentences)}
+    spec = load_spec(job_file(tmp_path, own_data(tmp_path, scores(20)), **transfer_sections(target)))
+    assert spec.target is not None
+    gold = load_gold(spec.target.data, seed=1)
+    assert gold.train.num_rows == 0
+    check_gold_usable(gold, spec, target=True)
+
+
+# --- gold data hygiene: repeated pairs, dev/test pairs also in train, rejects per split -----------------------
+
+
+def rows_file(path: Path, rows: list[tuple[str, str, str]]) -> Path:
+    path.write_text("sentence1,sentence2,label\n" + "".join(",".join(row) + "\n" for row in rows))
+    return path
+
+
+def repeating_gold(tmp_path: Path) -> dict:
+    """train: 30 distinct pairs, then 3 exact repeats (one with another label) and 2 swapped ones (one with another
+    label); dev: 20 distinct pairs, 2 of them in train (one swapped), then 1 swapped repeat; test: 20, 1 in train."""
+    train = [(f"t{i} one", f"t{i} two", f"{i / 40:.3f}") for i in range(30)]
+    train += [train[0], train[1], (train[2][0], train[2][1], "0.999"), (train[3][1], train[3][0], train[3][2]),
+              (train[4][1], train[4][0], "0.998")]
+    dev = [(f"d{i} one", f"d{i} two", f"{i / 25:.3f}") for i in range(18)] + [(train[5][1], train[5][0], "0.1"), train[6]]
+    dev.append((dev[0][1], dev[0][0], dev[0][2]))
+    test = [(f"e{i} one", f"e{i} two", f"{i / 25:.3f}") for i in range(19)] + [train[7]]
+    files = {split: rows_file(tmp_path / f"{split}.csv", rows) for split, rows in (("train", train), ("dev", dev), ("test", test))}
+    return {"dataset": None, **{split: {"path": str(path)} for split, path in files.items()}}
+
+
+def test_repeated_and_overlapping_pairs_are_counted_removed_and_reported(tmp_path: Path) -> None:
+    """Before: accepted without a word, and dev/test pairs also in train inflated the test metrics."""
+    spec = load_spec(job_file(tmp_path, repeating_gold(tmp_path)), ["bi_encoder.batch_size=8", "cross_encoder.batch_size=8"])
+    state = RunState(tmp_path / "run")
+    state.run_dir.mkdir()
+    gold = read_gold(spec, state, None)
+    counts = state.counts
+    assert counts["gold_duplicates"] == {"train": 5, "dev": 1, "test": 0}
+    assert counts["gold_label_conflicts"] == {"train": 2, "dev": 0, "test": 0}
+    assert counts["gold_overlap"] == {"dev": 2, "test": 1} and counts["gold_overlap_dropped"] == 3
+    assert (counts["gold_train"], counts["gold_dev"], counts["gold_test"]) == (27, 20, 20)
+    # nothing silently dropped: read = accepted + rejected, accepted = the splits + the pairs removed on purpose
+    assert counts["rows_read"] == counts["accepted"] + counts["rejected"] == 76
+    removed = sum(counts["gold_duplicates"].values()) + counts["gold_overlap_dropped"]
+    assert counts["accepted"] == counts["gold_train"] + counts["gold_dev"] + counts["gold_test"] + removed
+    labels = dict(zip(gold.train.column("sentence1").to_pylist(), gold.train.column("label").to_pylist()))
+    assert (labels["t2 one"], labels["t4 one"]) == (0.05, 0.1)  # the first row of a repeated pair, not its later label
+    assert not {"t4 two", "t5 one", "t6 one", "t7 one"} & labels.keys()  # a swapped repeat; pairs dev or test has
+    assert pq.read_table(state.run_dir / "gold" / "train.parquet").num_rows == 27
+    write_report(spec, state.metrics(spec), state.run_dir / "report.md")
+    report = (state.run_dir / "report.md").read_text()
+    assert ("- gold rows read 76 = accepted 76 + rejected 0 (rejects in rejects.jsonl)\n"
+            "- gold pairs repeated within a split (either order), removed with the first kept: train 5, dev 1, test 0; "
+            "of these with another label: train 2, dev 0, test 0\n"
+            "- gold dev/test pairs also in train (either order): dev 2, test 1; 3 dropped from train (on_overlap: drop)\n") in report
+
+
+def test_overlap_kept_is_counted(tmp_path: Path) -> None:
+    spec = load_spec(job_file(tmp_path, repeating_gold(tmp_path)), ["data.on_overlap=keep"])
+    gold = load_gold(spec.data, seed=1)
+    assert (gold.train.num_rows, gold.overlap, gold.overlap_dropped) == (30, {"dev": 2, "test": 1}, 0)
+
+
+def test_run_stops_on_overlap_with_on_overlap_error(ray_session, tmp_path: Path, capsys) -> None:
+    line, _ = run_error(tmp_path, capsys, job_file(tmp_path, repeating_gold(tmp_path)), "data.on_overlap=error")
+    assert line == ("augsbert run: error: 2 dev and 1 test pairs are also in train (either order; on_overlap: error), "
+                    "the first in dev: ('t5 two', 't5 one'); on_overlap: drop removes them from train")
+
+
+def test_run_applies_the_reject_gate_per_split(ray_session, tmp_path: Path, capsys) -> None:
+    """1 bad row in 50 train rows is 2%; pooled with 200 clean dev and test rows it was 0.4%, under the 1% gate."""
+    labels = scores(50)
+    labels[9] = "x"  # line 11
+    data = own_data(tmp_path, labels, dev=scores(100), test=scores(100))
+    line, run_dir = run_error(tmp_path, capsys, job_file(tmp_path, data))
+    assert line == (
+        "augsbert run: error: gold train split: 1 of 50 rows rejected (2.00%), above data.max_reject_fraction=1.00% "
+        f"(non-numeric score 'x': 1); first at {data['train']['path']}:11 field 'label': non-numeric score 'x'; "
+        f"all listed in {run_dir / 'rejects.jsonl'}"
+    )
+
+
+def test_evaluate_removes_and_reports_repeated_pairs(tiny_model: Path, tmp_path: Path, capsys) -> None:
+    data = rows_file(tmp_path / "pairs.csv", [(f"s{i} one", f"s{i} two", f"{i / 20:.2f}") for i in range(10)] + [("s3 two", "s3 one", "0.9")])
+    code, out, err = evaluate(capsys, tiny_model, "--data", str(data))
+    assert code == 0, err
+    assert "repeated pairs removed (either order, the first kept): dev 1 (1 with another label), test 1 (1 with another label)\n" in err
+    assert json.loads(out)["rows"] == {"read": 11, "accepted": 11, "rejected": 0, "dev": 10, "test": 10}
 
 
 # --- Ray auth token files ------------------------------------------------------------------------------------

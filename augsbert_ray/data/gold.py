@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
 from augsbert_ray.config import DataSpec, SourceSpec, TaskType
+from augsbert_ray.data.hygiene import dedupe, split_overlap
 from augsbert_ray.data.paths import named_dataset_files, resolve_data_dir
 from augsbert_ray.data.readers import ReadResult, read_pairs
 from augsbert_ray.data.rejects import Reject
@@ -23,9 +25,23 @@ class GoldData:
     rows_read: int = 0
     rejects: list[Reject] = field(default_factory=list)
     train_before_limit: int = 0
+    reads: dict[str, ReadResult] = field(default_factory=dict)  # split ('all': one file for every split) -> its file's read
+    duplicates: dict[str, int] = field(default_factory=dict)  # split -> repeated pairs removed (the first kept)
+    label_conflicts: dict[str, int] = field(default_factory=dict)  # split -> of those, repeats with another label
+    overlap: dict[str, int] = field(default_factory=dict)  # dev/test -> its pairs also in train
+    overlap_dropped: int = 0  # train pairs removed because dev or test has them
 
     def split(self, name: str) -> pa.Table:
         return {"train": self.train, "dev": self.dev, "test": self.test}[name]
+
+    def cleaning_counts(self, prefix: str) -> dict[str, Any]:
+        """The accepted pairs removed on purpose, for metrics.json ``counts`` (keys ``<prefix>duplicates``, ...)."""
+        return {
+            f"{prefix}duplicates": self.duplicates,
+            f"{prefix}label_conflicts": self.label_conflicts,
+            f"{prefix}overlap": self.overlap,
+            f"{prefix}overlap_dropped": self.overlap_dropped,
+        }
 
 
 def _named_sources(spec: DataSpec, data_dir: Path) -> dict[str, SourceSpec]:
@@ -45,32 +61,42 @@ def gold_sources(spec: DataSpec, data_dir: str | Path | None = None) -> dict[str
 
 
 def load_gold(spec: DataSpec, seed: int, data_dir: str | Path | None = None) -> GoldData:
-    """Read, validate and split the gold pairs. ``train_limit`` then keeps a seeded random subset of train."""
+    """Read, validate and split the gold pairs; remove repeated pairs within each split, and dev/test pairs from
+    train per ``on_overlap``. ``eval_limit`` and ``train_limit`` then keep seeded random subsets."""
     task = spec.resolved_task
     sources = gold_sources(spec, data_dir)
     # A file named for two splits (e.g. dev and test) is read, and its rows and rejects counted, once.
     reads: list[tuple[SourceSpec, ReadResult]] = []
     tables: dict[str, pa.Table] = {}
+    split_reads: dict[str, ReadResult] = {}
     for split, source in sources.items():
         result = next((done for seen, done in reads if seen == source), None)
         if result is None:
             result = read_pairs(source, task)
             reads.append((source, result))
-        tables[split] = result.table
+        tables[split], split_reads[split] = result.table, result
     if "all" in tables:  # BWS ships one file: split by topic or at random
         whole = tables.pop("all")
         tables.update(bws_cross_topic(whole) if spec.bws_split == "cross-topic" else bws_in_topic(whole, seed))
     if "train" not in tables:  # a transfer target known only by its sentences (the spec then requires dev)
         tables["train"] = tables["test"].slice(0, 0)
+    # before dev is carved from train: a repeat in the train file counts as train's, not as an overlap
+    duplicates = {split: 0 for split in ("train", "dev", "test")}
+    conflicts = dict(duplicates)
+    for split in list(tables):
+        tables[split], duplicates[split], conflicts[split] = dedupe(tables[split])
     if "dev" not in tables:
         tables["train"], tables["dev"] = carve(tables["train"], spec.dev_fraction, seed)
 
-    train_before_limit = tables["train"].num_rows
-    if spec.train_limit is not None:
-        tables["train"] = random_subset(tables["train"], spec.train_limit, seed)
     if spec.eval_limit is not None:
         for split in ("dev", "test"):
             tables[split] = random_subset(tables[split], spec.eval_limit, seed)
+    # after eval_limit, so that only the dev/test pairs scored are taken out of train; before train_limit, so
+    # that it keeps N pairs of what train may use
+    tables["train"], overlap, dropped = split_overlap(tables["train"], {s: tables[s] for s in ("dev", "test")}, spec.on_overlap)
+    train_before_limit = tables["train"].num_rows
+    if spec.train_limit is not None:
+        tables["train"] = random_subset(tables["train"], spec.train_limit, seed)
     return GoldData(
         task=task,
         train=tables["train"],
@@ -79,4 +105,9 @@ def load_gold(spec: DataSpec, seed: int, data_dir: str | Path | None = None) -> 
         rows_read=sum(result.rows_read for _, result in reads),
         rejects=[reject for _, result in reads for reject in result.rejects],
         train_before_limit=train_before_limit,
+        reads=split_reads,
+        duplicates=duplicates,
+        label_conflicts=conflicts,
+        overlap=overlap,
+        overlap_dropped=dropped,
     )

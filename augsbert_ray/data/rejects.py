@@ -32,9 +32,10 @@ def write_rejects(rejects: list[Reject], path: Path) -> None:
 
 def check_reject_fraction(
     rows_read: int, rejects: list[Reject], max_fraction: float, rejects_path: Path | None,
-    setting: str = "data.max_reject_fraction",
+    setting: str = "data.max_reject_fraction", scope: str = "",
 ) -> None:
-    """Fail the job when bad rows pass the configured share (``setting`` names it) of everything read."""
+    """Fail the job when bad rows pass the configured share (``setting`` names it) of the rows read: of everything
+    read, or of one split's file when ``scope`` names that split."""
     if rows_read == 0:
         raise TooManyRejectsError("no gold rows were read: check the data files")
     fraction = len(rejects) / rows_read
@@ -45,6 +46,6 @@ def check_reject_fraction(
         summary = ", ".join(f"{reason}: {count}" for reason, count in sorted(by_reason.items(), key=lambda kv: -kv[1]))
         listed = f"; all listed in {rejects_path}" if rejects_path is not None else ""
         raise TooManyRejectsError(
-            f"{len(rejects)} of {rows_read} rows rejected ({fraction:.2%}), above {setting}="
+            f"{scope + ': ' if scope else ''}{len(rejects)} of {rows_read} rows rejected ({fraction:.2%}), above {setting}="
             f"{max_fraction:.2%} ({summary}); first at {rejects[0]}{listed}"
         )

@@ -1,0 +1,88 @@
+"""Checks that the gold data can train and score every model of a job, made as soon as it is read: a split too
+small or too uniform would otherwise fail a Ray Train fit, or KDE selection, minutes and several fits later."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from augsbert_ray.config import JobSpec, SpecError, TaskType
+from augsbert_ray.data.gold import GoldData
+from augsbert_ray.data.rejects import check_reject_fraction
+
+
+def check_reject_fractions(gold: GoldData, max_fraction: float, rejects_path: Path | None, what: str = "gold") -> None:
+    """``max_fraction`` of the rows read overall and of each split's file (``what`` names the data in messages):
+    a split's bad rows must not hide among the other splits' good ones."""
+    check_reject_fraction(gold.rows_read, gold.rejects, max_fraction, rejects_path)
+    for split, read in gold.reads.items():
+        if read.rows_read:  # an empty split is named by check_gold_usable
+            scope = f"{what} {'file of every split' if split == 'all' else f'{split} split'}"
+            check_reject_fraction(read.rows_read, read.rejects, max_fraction, rejects_path, scope=scope)
+
+
+def batch_need(setting: str, batch_size: int, workers: int, both_orders: bool = False) -> tuple[int, str]:
+    """(the fewest train pairs that fill one batch of a fit on every worker, the setting that says so). Under DDP
+    sentence-transformers drops an incomplete batch and splits the full ones over the workers, so fewer pairs
+    train nothing; a cross-encoder with both_orders sees each pair twice."""
+    rows = batch_size * workers
+    text = f"{setting}={batch_size}" + (" with both_orders" if both_orders else "")
+    return (-(-rows // 2) if both_orders else rows), text + (f" on each of training.num_workers={workers}" if workers > 1 else "")
+
+
+def train_batch_need(spec: JobSpec) -> tuple[int, str]:
+    """The largest ``batch_need`` of the fits on the gold (or source) train split: SBERT and every teacher model
+    the run fits (one given as ``trained`` is copied, not fitted)."""
+    workers = spec.training.num_workers
+    needs = [batch_need("bi_encoder.batch_size", spec.bi_encoder.batch_size, workers)]
+    members = spec.teacher.member_kinds
+    if "cross_encoder" in members and spec.cross_encoder.trained is None:
+        needs.append(batch_need("cross_encoder.batch_size", spec.cross_encoder.batch_size, workers, spec.cross_encoder.both_orders))
+    if "bi_encoder" in members and spec.teacher.bi_encoder.trained is None:
+        needs.append(batch_need("teacher.bi_encoder.batch_size", spec.teacher.bi_encoder.batch_size, workers))
+    return max(needs, key=lambda need: need[0])
+
+
+def check_train_size(rows: int, need: tuple[int, str], what: str) -> None:
+    if rows < need[0]:
+        raise SpecError(f"{what} train split: {rows} pair{'' if rows == 1 else 's'}, fewer than one training batch ({need[1]}); "
+                        f"needs at least {need[0]} pairs (a fit drops an incomplete batch)")
+
+
+def check_scorable_split(gold: GoldData, split: str, what: str, task: TaskType) -> None:
+    """A scored split (dev, test, or a calibration split) needs two pairs and two different labels."""
+    from augsbert_ray.evaluation.checks import check_scorable  # the evaluation package imports Ray and the models
+
+    check_scorable(task, gold.split(split).column("label").to_numpy(), f"{what} {split} split")
+
+
+def check_gold_usable(gold: GoldData, spec: JobSpec, target: bool = False) -> None:
+    """Stop with one line naming the split, its size and the smallest that works, before any fit. Gold (or, in
+    transfer, source) train fills one batch of every fit on it, has two classes (classification) and two labels
+    (kde); dev and test can be scored. A transfer target (``target``) needs dev and test, and a train split of a
+    batch (SBERT-target, given pairs) unless it is empty and target.sentences are recombined instead."""
+    transfer = spec.scenario == "domain-transfer"
+    what = "target" if target else "source" if transfer else "gold"
+    train_rows = gold.train.num_rows
+    if target:
+        assert spec.target is not None
+        if train_rows or spec.target.sentences is None:
+            need = batch_need("bi_encoder.batch_size", spec.bi_encoder.batch_size, spec.training.num_workers)
+            check_train_size(train_rows, need, what)
+        for split in ("dev", "test"):
+            check_scorable_split(gold, split, what, spec.evaluation_task)
+        return
+    check_train_size(train_rows, train_batch_need(spec), what)
+    labels = gold.train.column("label").to_numpy()
+    if spec.task == "classification" and len(np.unique(labels)) < 2:
+        raise SpecError(f"{what} train split: all {train_rows} labels are {labels[0]}; classification needs both classes, 0 and 1")
+    if not transfer and "kde" in spec.sampling.strategies and len(np.unique(labels)) < 2:
+        raise SpecError(f"{what} train split: all {train_rows} labels are {labels[0]:g}; sampling.strategies kde "
+                        "fits a density to them and needs at least two different labels")
+    if not transfer:
+        for split in ("dev", "test"):
+            check_scorable_split(gold, split, what, spec.task)
+    elif spec.teacher.kind != "cross-encoder" and spec.teacher.calibration == "dev":
+        check_scorable_split(gold, "dev", what, spec.task)
+
