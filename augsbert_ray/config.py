@@ -81,6 +81,10 @@ class DataSpec(_Strict):
     max_reject_fraction: float = Field(
         0.01, ge=0, le=1, description="Fail when rejected rows pass this share of the rows read, overall or in any one split."
     )
+    duplicates: Literal["drop", "keep"] = Field(
+        "drop", description="Repeated pairs within a split (either order): keep the first only, or keep them all "
+        "(as runs made before repeats were dropped, to draw the same train_limit subsets)."
+    )
     on_overlap: Literal["error", "drop", "keep"] = Field(
         "drop", description="Dev/test pairs also in train (either order): drop them from train, stop the job, or keep them."
     )

@@ -63,7 +63,8 @@ def cleaning_lines(what: str, counts: dict[str, Any], on_overlap: str) -> list[s
 
     overlap = counts[f"{what}_overlap"]
     return [
-        f"- {what} pairs repeated within a split (either order), removed with the first kept: "
+        f"- {what} pairs repeated within a split (either order), "
+        f"{'kept (data.duplicates: keep)' if counts[f'{what}_duplicates_kept'] else 'removed with the first kept'}: "
         f"{per_split(counts[f'{what}_duplicates'])}; of these with another label: {per_split(counts[f'{what}_label_conflicts'])}",
         f"- {what} dev/test pairs also in train (either order): {per_split(overlap)}; "
         f"{counts[f'{what}_overlap_dropped']} dropped from train (on_overlap: {on_overlap})",

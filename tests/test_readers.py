@@ -104,11 +104,16 @@ def test_load_gold_splits_and_limit(data_dir: Path) -> None:
     assert stsb.train.equals(again.train) and not stsb.train.equals(other.train)
     assert stsb.rows_read == 8628 and stsb.train_before_limit == 5749 - 57 - 18
     assert stsb.cleaning_counts("gold_") == {
-        "gold_duplicates": {"train": 57, "dev": 3, "test": 2}, "gold_label_conflicts": {"train": 14, "dev": 0, "test": 1},
+        "gold_duplicates": {"train": 57, "dev": 3, "test": 2}, "gold_duplicates_kept": False,
+        "gold_label_conflicts": {"train": 14, "dev": 0, "test": 1},
         "gold_overlap": {"dev": 7, "test": 12}, "gold_overlap_dropped": 18,
     }
     kept = load_gold(DataSpec(on_overlap="keep"), seed=1, data_dir=data_dir)
     assert kept.train_before_limit == 5749 - 57 and kept.overlap == {"dev": 7, "test": 12} and kept.overlap_dropped == 0
+    # the splits of runs made before repeats and overlaps were dropped: every pair as read, the same subset drawn
+    as_read = load_gold(DataSpec(train_limit=1000, duplicates="keep", on_overlap="keep"), seed=1, data_dir=data_dir)
+    assert (as_read.train_before_limit, as_read.dev.num_rows, as_read.test.num_rows) == (5749, 1500, 1379)
+    assert as_read.duplicates == {"train": 57, "dev": 3, "test": 2} and as_read.duplicates_kept
 
     mrpc = load_gold(DataSpec(dataset="mrpc"), seed=1, data_dir=data_dir)
     assert mrpc.task == "classification" and mrpc.train.num_rows + mrpc.dev.num_rows == 4076

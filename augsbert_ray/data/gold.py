@@ -26,7 +26,8 @@ class GoldData:
     rejects: list[Reject] = field(default_factory=list)
     train_before_limit: int = 0
     reads: dict[str, ReadResult] = field(default_factory=dict)  # split ('all': one file for every split) -> its file's read
-    duplicates: dict[str, int] = field(default_factory=dict)  # split -> repeated pairs removed (the first kept)
+    duplicates: dict[str, int] = field(default_factory=dict)  # split -> repeated pairs (removed, the first kept, unless kept)
+    duplicates_kept: bool = False  # data.duplicates: keep
     label_conflicts: dict[str, int] = field(default_factory=dict)  # split -> of those, repeats with another label
     overlap: dict[str, int] = field(default_factory=dict)  # dev/test -> its pairs also in train
     overlap_dropped: int = 0  # train pairs removed because dev or test has them
@@ -38,6 +39,7 @@ class GoldData:
         """The accepted pairs removed on purpose, for metrics.json ``counts`` (keys ``<prefix>duplicates``, ...)."""
         return {
             f"{prefix}duplicates": self.duplicates,
+            f"{prefix}duplicates_kept": self.duplicates_kept,
             f"{prefix}label_conflicts": self.label_conflicts,
             f"{prefix}overlap": self.overlap,
             f"{prefix}overlap_dropped": self.overlap_dropped,
@@ -84,7 +86,9 @@ def load_gold(spec: DataSpec, seed: int, data_dir: str | Path | None = None) -> 
     duplicates = {split: 0 for split in ("train", "dev", "test")}
     conflicts = dict(duplicates)
     for split in list(tables):
-        tables[split], duplicates[split], conflicts[split] = dedupe(tables[split])
+        deduplicated, duplicates[split], conflicts[split] = dedupe(tables[split])
+        if spec.duplicates == "drop":
+            tables[split] = deduplicated
     if "dev" not in tables:
         tables["train"], tables["dev"] = carve(tables["train"], spec.dev_fraction, seed)
 
@@ -107,6 +111,7 @@ def load_gold(spec: DataSpec, seed: int, data_dir: str | Path | None = None) -> 
         train_before_limit=train_before_limit,
         reads=split_reads,
         duplicates=duplicates,
+        duplicates_kept=spec.duplicates == "keep",
         label_conflicts=conflicts,
         overlap=overlap,
         overlap_dropped=dropped,
