@@ -350,7 +350,6 @@ def resumed_state(spec: JobSpec, run_dir: Path, data_dir: str | Path | None, for
 def train_teacher(spec: JobSpec, state: RunState, gold: GoldData, gold_file: TrainFile) -> Teacher:
     """The teacher's models fitted on the gold (in transfer: source) train split, each reused on resume: the
     cross-encoder, the bi-encoder teacher, or both (ensemble). Their scores are not mapped yet (see check_teacher)."""
-    state.counts.setdefault("trained_on", {})
     fits = {"cross_encoder": train_cross_encoder, "bi_encoder": train_teacher_bi_encoder}
     return Teacher(tuple(TeacherMember(kind, str(fits[kind](spec, state, gold, gold_file))) for kind in spec.teacher.member_kinds))
 
@@ -385,7 +384,7 @@ def train_teacher_bi_encoder(spec: JobSpec, state: RunState, gold: GoldData, gol
                                  state.run_dir / "ray_train", name, model_dir)
         return {"trained_on": int(metrics["train_rows"])}
 
-    state.counts["trained_on"][name] = fit_once(spec, state, name, fit)["trained_on"]
+    state.counts.setdefault("trained_on", {})[name] = fit_once(spec, state, name, fit)["trained_on"]
     return model_dir
 
 
