@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from augsbert_ray.config import DEFAULT_MODEL, RESUME_SETTABLE, DataSpec, JobSpec, SpecError
+from pydantic import ValidationError
+
+from augsbert_ray.config import DEFAULT_MODEL, RESUME_SETTABLE, DataSpec, JobSpec, SpecError, check_output_dir
 from augsbert_ray.models import PACKAGED_MODELS, ModelPartsError, resolve_model
 
 if TYPE_CHECKING:
@@ -104,6 +108,15 @@ def _label(args: argparse.Namespace) -> int:
     from augsbert_ray.models import resolve_model
     from augsbert_ray.runtime import init_ray
 
+    min_actors, max_actors = args.actors
+    try:
+        spec = LabelingSpec(
+            batch_size=args.batch_size, min_actors=min_actors, max_actors=max_actors, cpus_per_actor=args.cpus_per_actor,
+            gpus_per_actor=args.gpus_per_actor, precision=args.precision, runtime=args.runtime, max_seq_length=args.max_seq_length,
+            shard_rows=args.shard_rows,
+        )
+    except ValidationError as exc:
+        raise _flag_errors(exc) from None
     teacher_file = Path(args.model)
     teacher = Teacher.load(teacher_file) if teacher_file.is_file() else Teacher.cross_encoder(resolve_model(args.model))
     for member in teacher.members:
@@ -113,15 +126,10 @@ def _label(args: argparse.Namespace) -> int:
         raise SpecError(f"--text-columns expects two names, e.g. sentence1,sentence2; got {args.text_columns!r}")
     if (args.input is None) == (args.sentences is None):
         raise SpecError("give exactly one of --input (pairs) and --sentences (a sentence list to pair with --strategy)")
-    min_actors, max_actors = args.actors
-    spec = LabelingSpec(
-        batch_size=args.batch_size, min_actors=min_actors, max_actors=max_actors, cpus_per_actor=args.cpus_per_actor,
-        gpus_per_actor=args.gpus_per_actor, precision=args.precision, runtime=args.runtime, max_seq_length=args.max_seq_length,
-        shard_rows=args.shard_rows,
-    )
     output = Path(args.output)
     if args.sentences:
         sentences = read_sentences(Path(args.sentences))
+        check_output_dir(output, "--output")  # before Ray starts and the pairs are made
         init_ray(args.address)
         job = LabelJob(teacher, spec, strategy=args.strategy)
         result = label_table(_pair_sentences(sentences, args), output / "_candidates" / f"{args.strategy}.parquet", output, job)
@@ -130,7 +138,33 @@ def _label(args: argparse.Namespace) -> int:
         result = label_files(args.input, output, job, fmt=args.format, address=args.address)
     print(result.summary())
     print(f"labeled pairs: {result.output}  manifest: {result.manifest}  rejects: {result.rejects}")
+    if result.labeled == 0:
+        why = "the input holds no pairs" if result.pairs_in == 0 else f"every pair was rejected (see {result.rejects})"
+        print(f"augsbert label: warning: 0 pairs labeled ({result.pairs_in} pairs in): {why}", file=sys.stderr)
     return 0
+
+
+# The flag that sets each LabelingSpec field, where its name is not the field's with dashes.
+LABEL_FLAGS = {"min_actors": "--actors", "max_actors": "--actors"}
+BOUNDS = {"greater_than": (">", "gt"), "greater_than_equal": (">=", "ge"), "less_than": ("<", "lt"), "less_than_equal": ("<=", "le")}
+
+
+def _flag_errors(exc: ValidationError) -> SpecError:
+    """LabelingSpec's errors worded with the flags of `augsbert label`, on one line: --batch-size: must be > 0."""
+    from augsbert_ray.config import LabelingSpec
+
+    flags = {name: LABEL_FLAGS.get(name, "--" + name.replace("_", "-")) for name in LabelingSpec.model_fields}
+    reasons = []
+    for error in exc.errors():
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] in BOUNDS:
+            symbol, key = BOUNDS[error["type"]]
+            message = f"must be {symbol} {error['ctx'][key]:g}"
+        if error["loc"]:
+            reasons.append(f"{flags[str(error['loc'][0])]}: {message}")
+        else:  # a check across fields names them in its message
+            reasons.append(re.sub(r"\b(" + "|".join(flags) + r")\b", lambda found: flags[found[1]], message))
+    return SpecError("; ".join(reasons))
 
 
 def _pair_sentences(sentences: list[str], args: argparse.Namespace):
@@ -148,8 +182,6 @@ def _pair_sentences(sentences: list[str], args: argparse.Namespace):
 
 def _evaluation_data(args: argparse.Namespace) -> DataSpec:
     """The named dataset, or the --data (and --dev) pair files, as a data section without train."""
-    from pydantic import ValidationError
-
     from augsbert_ray.config import SourceSpec
 
     if args.score_range and args.task == "classification":
@@ -278,7 +310,8 @@ def add_job_arguments(command: argparse.ArgumentParser, example_job: str, exampl
     command.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help=f"override a spec field, e.g. {example_override} (repeatable)"
     )
-    command.add_argument("--address", help="'auto' or a Ray address to join a cluster; default: an embedded local Ray")
+    command.add_argument("--address", help="'auto' or a Ray address to join a cluster (an error if its GCS does not answer within "
+                         "$AUGSBERT_CONNECT_TIMEOUT seconds, default 60); default: an embedded local Ray")
     command.add_argument("--data-dir", help="directory holding the named datasets")
 
 
@@ -289,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging, and the traceback of a failure that came through Ray")
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser(
@@ -362,7 +395,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="auto: ONNX Runtime on CPU actors (fp32, int8), torch on GPU (default: %(default)s)")
     label.add_argument("--max-seq-length", type=int, help="tokens per pair; longer pairs are truncated and counted")
     label.add_argument("--shard-rows", type=int, default=50_000, help="pairs per output shard, the unit of resume (default: %(default)s)")
-    label.add_argument("--address", help="'auto' or a Ray address; default: an embedded local Ray")
+    label.add_argument("--address", help="'auto' or a Ray address (an error if its GCS does not answer within $AUGSBERT_CONNECT_TIMEOUT "
+                       "seconds, default 60); default: an embedded local Ray")
     label.set_defaults(handler=_label)
 
     evaluate = commands.add_parser(
@@ -443,6 +477,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+USER_ERRORS = (SpecError, FileNotFoundError, ValueError, ModelPartsError)
+# Raised on purpose inside Ray tasks and workers for bad input: within a Ray failure, only these are user errors.
+RAISED_USER_ERRORS = (SpecError, FileNotFoundError, ModelPartsError)
+
+
+def causes(exc: BaseException) -> list[BaseException]:
+    """The exception and what caused it, outermost first: Python's chain, a Ray task's cause, a Ray Train
+    controller's failure or its first failed worker's."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and not any(current is seen for seen in chain):
+        chain.append(current)
+        workers = getattr(current, "worker_failures", None) or {}
+        context = None if current.__suppress_context__ else current.__context__
+        following = [getattr(current, "cause", None), getattr(current, "controller_failure", None),
+                     *(workers[rank] for rank in sorted(workers)), current.__cause__, context]
+        # a link without a message is a marker, not a cause (Ray Data raises errors `from SystemException()`)
+        current = next((link for link in following if isinstance(link, BaseException) and str(link)), None)
+    return chain
+
+
+def ray_failure(exc: BaseException) -> tuple[str, int] | None:
+    """For an error that came through Ray (a task, actor, Ray Data, Train or Tune): the root cause's line
+    (``Type: message`` unless it is bad input raised on purpose) and the exit status, 2 for bad input, else 1.
+    None for any other error."""
+    from ray.exceptions import RayActorError, RayError, RayTaskError
+    from ray.train import TrainingFailedError
+    from ray.tune import TuneError
+
+    chain = causes(exc)
+    if not any(isinstance(link, (RayError, TrainingFailedError, TuneError)) for link in chain):
+        return None
+    root = chain[-1]
+    # Ray Data appends its retry advice to the message: the first line is the cause's own
+    message = (str(root).strip().splitlines() or ["(no message)"])[0]
+    if isinstance(root, RAISED_USER_ERRORS):
+        return message, 2
+    if isinstance(root, RayError):
+        # the cause stayed in the worker (Ray Data's UserCodeException, an actor that failed to start): the text of
+        # the task or actor error is the remote traceback, whose first part ends with the cause's line
+        remote = next((link for link in reversed(chain) if isinstance(link, (RayTaskError, RayActorError))), root)
+        lines = str(remote).split("The above exception was the direct cause of the following exception:")[0].strip().splitlines()
+        return (lines[-1] if lines else message), 1
+    return f"{type(root).__name__}: {message}", 1
+
+
 def main(argv: list[str] | None = None) -> int:
     from augsbert_ray.runtime import setup_logging
 
@@ -450,9 +530,17 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.verbose)
     try:
         return args.handler(args)
-    except (SpecError, FileNotFoundError, ValueError, ModelPartsError) as exc:
-        print(f"augsbert {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    except Exception as exc:
+        failure = ray_failure(exc)
+        if failure is None and not isinstance(exc, USER_ERRORS):
+            raise
+        if failure is not None and args.verbose:
+            traceback.print_exception(exc)
+        message, status = failure or (str(exc), 2)
+        if status == 1 and not args.verbose:
+            message += " (rerun with -v for Ray's traceback)"
+        print(f"augsbert {args.command}: error: {message}", file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":

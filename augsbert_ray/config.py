@@ -6,11 +6,16 @@ in the YAML at once.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 TaskType = Literal["regression", "classification"]
 FileFormat = Literal["csv", "tsv", "jsonl", "parquet", "stsb", "mrpc", "bws"]
@@ -23,6 +28,28 @@ DEFAULT_MODEL = "minilm"
 
 class SpecError(ValueError):
     """A job spec that cannot be used; the message names the field."""
+
+
+def check_output_dir(path: Path, field: str) -> None:
+    """Refuse, with a SpecError naming ``field`` (a spec field or a flag) and the path, an output directory that
+    cannot be made or written: its nearest existing part must be a directory that takes new files. Creates nothing,
+    so a command refused later (by Ray's checks) leaves no directory behind."""
+    # os.path, not Path: it answers False where a parent cannot be searched (the last part, '.' or '/', exists)
+    existing = next(part for part in (path, *path.parents) if os.path.lexists(part))
+    if not os.path.isdir(existing):
+        what = "is" if existing == path else f"{existing} is"
+        raise SpecError(f"{field} {path}: {what} a file, not a directory")
+    try:
+        tempfile.TemporaryFile(dir=existing).close()
+    except OSError as exc:
+        raise SpecError(f"{field} {path}: cannot write there ({exc.strerror})") from None
+
+
+def is_text_type(dtype: pa.DataType) -> bool:
+    """An Arrow type that holds sentences: strings, or nulls only (every row then a counted reject)."""
+    import pyarrow as pa
+
+    return pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_null(dtype)
 
 
 class _Strict(BaseModel):
@@ -64,7 +91,19 @@ class SourceSpec(_Strict):
             self.format = inferred  # type: ignore[assignment]
         if self.score_range is not None and not self.score_range[0] < self.score_range[1]:
             raise ValueError(f"score_range must be [low, high] with low < high, got {list(self.score_range)}")
+        if self.format == "parquet":
+            self._sentence_columns_hold_text()
         return self
+
+    def _sentence_columns_hold_text(self) -> None:
+        """Parquet keeps its column types: a sentence column of numbers is named here, not counted as empty sentences
+        row by row. (Text formats hold text; a missing column is the reader's error.)"""
+        import pyarrow.parquet as pq
+
+        schema = pq.read_schema(self.path)
+        for column in (self.columns.sentence1, self.columns.sentence2):
+            if column in schema.names and not is_text_type(schema.field(column).type):
+                raise ValueError(f"column {column!r} holds {schema.field(column).type}, not text")
 
 
 class DataSpec(_Strict):
@@ -260,7 +299,9 @@ class TrainingSpec(_Strict):
     num_workers: int = Field(1, gt=0)
     use_gpu: bool = False
     cpus_per_worker: float = Field(2, gt=0)
-    max_failures: int = Field(0, ge=0, description="Worker failures a fit survives (Ray Train FailureConfig).")
+    max_failures: int | None = Field(
+        None, ge=0, description="Worker failures a fit survives (Ray Train FailureConfig). Default: 1 on a cluster (ray.address set), else 0."
+    )
     checkpoint_every: int | None = Field(
         None, gt=0, description="Save the training state every N steps, so a restarted fit resumes from it."
     )
@@ -437,6 +478,14 @@ class JobSpec(_Strict):
                 raise ValueError(f"labeling.precision int8 quantizes cross-encoders only; teacher.kind {self.teacher.kind} has a bi-encoder")
             if self.labeling.runtime == "onnx":
                 raise ValueError(f"labeling.runtime onnx runs cross-encoders only; teacher.kind {self.teacher.kind} has a bi-encoder")
+        return self
+
+    @model_validator(mode="after")
+    def _failures_by_where_it_runs(self) -> "JobSpec":
+        # On a cluster a node can go away mid-fit, and a retry goes on (from the last training state with
+        # training.checkpoint_every); on one machine a worker failure is mostly a bug a retry repeats.
+        if self.training.max_failures is None:
+            self.training.max_failures = 1 if self.ray.address else 0
         return self
 
     @property

@@ -21,7 +21,8 @@ import ray.data
 from ray.data.expressions import col
 
 from augsbert_ray.config import (
-    TOP_K_STRATEGIES, BiEncoderSpec, DataSpec, JobSpec, SamplingSpec, SpecError, bi_encoder_name, dump_spec, load_spec,
+    TOP_K_STRATEGIES, BiEncoderSpec, DataSpec, JobSpec, SamplingSpec, SpecError, bi_encoder_name, check_output_dir, dump_spec,
+    load_spec,
 )
 from augsbert_ray.data import GoldData, check_gold_usable, check_reject_fractions, load_gold, read_sentences, write_rejects
 from augsbert_ray.evaluation import Evaluation, dev_metric, evaluate_on_ray, score_pairs_on_ray
@@ -92,6 +93,7 @@ def write_progress(run_dir: Path, finished_fits: dict[str, dict[str, Any]]) -> N
 
 
 def new_run_dir(spec: JobSpec) -> Path:
+    check_output_dir(spec.output_dir, "output_dir")
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     run_dir = (spec.output_dir / f"{spec.name}-{stamp}").resolve()
     suffix = 1

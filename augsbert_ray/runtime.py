@@ -13,9 +13,13 @@ import ray
 from ray._private import ray_constants
 
 from augsbert_ray.auth import check_token_file
+from augsbert_ray.config import SpecError
 
 # Passed to every Ray worker: tokenizers' own thread pool fights torch's inside actors.
 WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false"}
+# Seconds to wait for a cluster's GCS to answer before giving up on its address.
+CONNECT_TIMEOUT_ENV = "AUGSBERT_CONNECT_TIMEOUT"
+DEFAULT_CONNECT_TIMEOUT_S = 60.0
 
 log = logging.getLogger("augsbert")
 
@@ -55,7 +59,12 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         if gcs and "RAY_ADDRESS" not in job_env:
             env_vars["RAY_ADDRESS"] = gcs  # workers find the State API through this cluster's GCS
         env_vars = {name: value for name, value in env_vars.items() if name not in job_env}
-        ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True)
+        if gcs:
+            check_gcs(address, gcs, connect_timeout())
+        try:
+            ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True)
+        except ConnectionError as exc:  # 'auto' with no cluster, or a Ray Client (ray://) address that did not answer
+            raise SpecError(f"cannot join a Ray cluster at {address}: {str(exc).splitlines()[0]}") from None
     else:
         # Ray Train's PlacementGroupCleaner asks the State API, served by the dashboard, whether a fit's
         # controller is alive. Without a dashboard it logs a warning every second of every fit. Unpinned,
@@ -67,6 +76,38 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         with _loopback_node():
             ray.init(num_cpus=num_cpus, include_dashboard=True, dashboard_port=port, runtime_env={"env_vars": env_vars})
     log.info("ray: %s", ray.cluster_resources())
+
+
+def connect_timeout() -> float:
+    """$AUGSBERT_CONNECT_TIMEOUT in seconds, default 60."""
+    text = os.environ.get(CONNECT_TIMEOUT_ENV, str(DEFAULT_CONNECT_TIMEOUT_S))
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0:
+        raise SpecError(f"${CONNECT_TIMEOUT_ENV} must be a positive number of seconds, got {text!r}")
+    return seconds
+
+
+def check_gcs(address: str, gcs: str, timeout_s: float) -> None:
+    """Ask the GCS at ``gcs`` for its cluster id, within ``timeout_s``: a SpecError naming ``address`` where no
+    answer comes. Where no GCS answers, ray.init retries for many minutes (more than 7 on 127.0.0.1:1); this fails
+    at once where the port is closed, and after ``timeout_s`` where nothing answers."""
+    import grpc
+    from ray._private.gcs_utils import create_gcs_channel
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    channel = create_gcs_channel(gcs)  # with Ray's TLS and auth token settings, as ray.init would connect
+    try:
+        gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=timeout_s)
+    except grpc.RpcError as exc:
+        timed_out = exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        reason = f"no answer within {timeout_s:g} s (${CONNECT_TIMEOUT_ENV} sets the wait)" if timed_out else exc.details()
+        where = address if gcs == address else f"{address} (GCS {gcs})"
+        raise SpecError(f"cannot reach a Ray cluster at {where}: {reason}") from None
+    finally:
+        channel.close()
 
 
 @contextmanager

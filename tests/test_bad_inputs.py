@@ -1,27 +1,36 @@
 """Issue 26, nothing silently wrong: every bad input gets exit status 2 and one line naming the file, line or field,
 or a counted reject. `augsbert evaluate` on bad pair files and model directories, Ray auth token files, plain-http
-token transport, the local cluster's state dir, job names that leave output_dir, and the embedded Ray's ports."""
+token transport, the local cluster's state dir, job names that leave output_dir, the embedded Ray's ports, unusable
+output directories, malformed records met inside Ray tasks, sentence columns of numbers, `augsbert label`'s flags and
+empty inputs, unreachable cluster addresses, and failures that come through Ray (one line, exit 1)."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
 import os
+import re
+import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from ray.train import WorkerGroupError
 
 from augsbert_ray.auth import InsecureTokenError, check_token_file
-from augsbert_ray.cli import main
+from augsbert_ray.cli import main, ray_failure
 from augsbert_ray.config import SpecError, load_spec
 from augsbert_ray.data import check_gold_usable, load_gold
 from augsbert_ray.pipeline import RunState, read_gold
 from augsbert_ray.report import write_report
+from augsbert_ray.runtime import check_gcs, connect_timeout
 
 REPO = Path(__file__).resolve().parents[1]
 START, STOP = REPO / "cluster" / "local" / "start.sh", REPO / "cluster" / "local" / "stop.sh"
@@ -654,3 +663,285 @@ def test_embedded_ray_listens_on_loopback_only(ray_session) -> None:
     assert len(listening) >= 8, listening
     assert [socket for socket in listening if not is_loopback(socket[0])] == []
     assert ray.util.get_node_ip_address() == "127.0.0.1"
+
+
+# --- output directories: one line naming the field and the path ------------------------------------------------
+
+
+def unwritable(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    """Output paths that cannot be used, with the reason each gets. sysfs refuses new files and directories to
+    every user, root included (EPERM), so the case does not depend on who runs the tests."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    return {
+        "is-a-file": (blocker, "is a file, not a directory"),
+        "under-a-file": (blocker / "runs", f"{blocker} is a file, not a directory"),
+        "unwritable": (Path("/sys"), "cannot write there ({})"),
+        "not-creatable": (Path("/sys/augsbert-runs"), "cannot write there ({})"),
+    }
+
+
+def matches_reason(line: str, expected: str) -> bool:
+    """``expected`` with its '{}' standing for an OS error text that refuses a write."""
+    refusals = ("Permission denied", "Operation not permitted", "Read-only file system")
+    return any(line == expected.format(refusal) for refusal in refusals)
+
+
+@pytest.mark.parametrize("case", ["is-a-file", "under-a-file", "unwritable", "not-creatable"])
+def test_run_refuses_an_unusable_output_dir(tmp_path: Path, capsys, case: str) -> None:
+    output_dir, reason = unwritable(tmp_path)[case]
+    job = tmp_path / "job.yaml"
+    job.write_text(f"output_dir: {output_dir}\n")
+    assert main(["run", str(job)]) == 2
+    assert matches_reason(capsys.readouterr().err, f"augsbert run: error: output_dir {output_dir}: {reason}\n")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a_file", "job.yaml"]
+
+
+@pytest.mark.parametrize("source", ["--input", "--sentences"])
+@pytest.mark.parametrize("case", ["is-a-file", "under-a-file", "unwritable", "not-creatable"])
+def test_label_refuses_an_unusable_output(tiny_cross_encoder: Path, tmp_path: Path, capsys, case: str, source: str) -> None:
+    """Refused before Ray starts, with nothing created."""
+    output, reason = unwritable(tmp_path)[case]
+    given = tmp_path / ("pairs.csv" if source == "--input" else "sentences.txt")
+    given.write_text("sentence1,sentence2\na cat,a dog\n" if source == "--input" else "a cat sits\na dog runs\n")
+    assert main(["label", "--model", str(tiny_cross_encoder), source, str(given), "--output", str(output)]) == 2
+    assert matches_reason(capsys.readouterr().err, f"augsbert label: error: --output {output}: {reason}\n")
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(["a_file", given.name])
+
+
+# --- augsbert label: malformed records inside the Ray tasks ---------------------------------------------------
+
+
+def big_csv(path: Path, tail: str) -> Path:
+    """Over 1 MB of good pairs (pyarrow reads the header and infers the types from the first MB), then ``tail``:
+    record 601 onwards."""
+    rows = "".join(f"{'a long sentence ' * 120}{i},a dog runs {i},{i % 5}.5\n" for i in range(600))
+    path.write_text("sentence1,sentence2,label\n" + rows + tail)
+    assert path.stat().st_size > 1 << 20
+    return path
+
+
+def label(capsys, model: Path, source: Path, output: Path, *args: str) -> tuple[int, str, str]:
+    code = main(["label", "--model", str(model), "--input", str(source), "--output", str(output), "--max-seq-length", "16", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def rejects_of(output: Path) -> list[tuple[int, str, str]]:
+    return [(r["line"], r["field"], r["reason"]) for r in map(json.loads, (output / "_rejects.jsonl").read_text().splitlines())]
+
+
+def test_label_counts_a_malformed_csv_record_after_the_first_mb(ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys) -> None:
+    """Before: a Ray UserCodeException without file or line, on every rerun."""
+    data = big_csv(tmp_path / "pairs.csv", "a cat,with,one field,too many\nlast,pair,1.5\n")
+    code, out, err = label(capsys, tiny_cross_encoder, data, tmp_path / "out", "--shard-rows", "250")
+    assert code == 0, err
+    assert "pairs in 602 = labeled 601 + rejected 1" in out
+    assert rejects_of(tmp_path / "out") == [(601, "(line)", "expected 3 fields, got 4")]
+    silver = pq.read_table(tmp_path / "out")
+    assert silver.num_rows == 601 and silver.schema.field("label").type == pa.float64()
+
+
+def test_label_stops_on_a_value_that_does_not_fit_its_column(ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys) -> None:
+    """A label that is not a number after the first MB: the column's type cannot hold it, so the record cannot be
+    passed through; one line names the file, the record and the field."""
+    data = big_csv(tmp_path / "pairs.csv", "a cat,a dog,high\n")
+    code, out, err = label(capsys, tiny_cross_encoder, data, tmp_path / "out", "--shard-rows", "250")
+    assert code == 2
+    assert error_line(err) == (
+        f"augsbert label: error: {data}:601 field 'label': CSV conversion error to double: invalid value 'high'; "
+        "the column's type, double, was read from the file's first rows"
+    )
+    assert err.endswith(error_line(err) + "\n") and "Traceback" not in err
+    assert not list((tmp_path / "out").glob(".*.tmp"))  # the refused shard left no partial file
+
+
+def test_label_counts_malformed_jsonl_lines(ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys) -> None:
+    lines = ['{"sentence1": "a cat", "sentence2": "a dog"}', '{"sentence1": "cut off', "",
+             '{"sentence1": 7, "sentence2": "a number is not a sentence"}', "[1, 2]", '{"sentence1": "rain", "sentence2": "sun"}']
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    code, out, err = label(capsys, tiny_cross_encoder, data, tmp_path / "out")
+    assert code == 0, err
+    assert "pairs in 5 = labeled 2 + rejected 3" in out
+    assert rejects_of(tmp_path / "out") == [
+        (2, "(line)", "invalid JSON record: Missing a closing quotation mark in string."),
+        (4, "sentence1", "invalid JSON record: Column(/sentence1) changed from string to number"),
+        (5, "(line)", "invalid JSON record: Column() changed from object to array"),
+    ]
+
+
+# --- sentence columns of numbers ----------------------------------------------------------------------------
+
+
+def int_sentences(path: Path) -> Path:
+    pq.write_table(pa.table({"sentence1": list(range(10)), "sentence2": [f"a dog runs {i}" for i in range(10)],
+                             "label": [i / 10 for i in range(10)]}), path)
+    return path
+
+
+def test_evaluate_names_a_parquet_sentence_column_of_ints(tiny_model: Path, tmp_path: Path, capsys) -> None:
+    """Before: every row rejected as an 'empty sentence'."""
+    data = int_sentences(tmp_path / "pairs.parquet")
+    code, out, err = evaluate(capsys, tiny_model, "--data", str(data))
+    assert (code, out) == (2, "")
+    assert err == f"augsbert evaluate: error: --data {data}: column 'sentence1' holds int64, not text\n"
+
+
+def test_job_spec_names_a_parquet_sentence_column_of_ints(tmp_path: Path) -> None:
+    data = int_sentences(tmp_path / "train.parquet")
+    with pytest.raises(SpecError, match=r"\n  data\.train: Value error, column 'sentence1' holds int64, not text \(got "):
+        load_spec(None, ["data.dataset=null", f"data.train={{path: {data}}}", f"data.test={{path: {data}}}"])
+
+
+# --- augsbert label: bad flags, empty input --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--batch-size", "0"], "--batch-size: must be > 0"),
+        (["--cpus-per-actor", "0"], "--cpus-per-actor: must be > 0"),
+        (["--gpus-per-actor", "-1"], "--gpus-per-actor: must be >= 0"),
+        (["--shard-rows", "0", "--max-seq-length", "-3"], "--max-seq-length: must be > 0; --shard-rows: must be > 0"),
+        (["--precision", "bf16", "--runtime", "onnx"], "--precision bf16 is torch autocast: use --runtime torch or auto"),
+    ],
+)
+def test_label_words_field_errors_with_its_flags(tmp_path: Path, capsys, flags: list[str], message: str) -> None:
+    """Before: pydantic's multi-line dump with the spec's field names."""
+    code = main(["label", "--model", str(tmp_path / "unread"), "--input", str(tmp_path / "unread.csv"), "--output", str(tmp_path / "out"), *flags])
+    assert code == 2
+    assert capsys.readouterr().err == f"augsbert label: error: {message}\n"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["header-only-csv", "empty-parquet", "all-rejected"])
+def test_label_warns_when_nothing_is_labeled(ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys, kind: str) -> None:
+    """Before: exit 0 and no word of it."""
+    if kind == "empty-parquet":
+        data = tmp_path / "pairs.parquet"
+        pq.write_table(pa.table({"sentence1": pa.array([], pa.string()), "sentence2": pa.array([], pa.string())}), data)
+    else:
+        data = tmp_path / "pairs.csv"
+        data.write_text("sentence1,sentence2\n" + (" ,a dog\na cat,\n" if kind == "all-rejected" else ""))
+    code, out, err = label(capsys, tiny_cross_encoder, data, tmp_path / "out")
+    assert code == 0, err
+    why = f"every pair was rejected (see {tmp_path / 'out' / '_rejects.jsonl'})" if kind == "all-rejected" else "the input holds no pairs"
+    pairs_in = 2 if kind == "all-rejected" else 0
+    assert f"pairs in {pairs_in} = labeled 0 + rejected {pairs_in}" in out
+    assert err.endswith(f"augsbert label: warning: 0 pairs labeled ({pairs_in} pairs in): {why}\n")
+
+
+# --- --address: an unreachable cluster fails within AUGSBERT_CONNECT_TIMEOUT -----------------------------------
+
+
+def label_in_a_process(tiny_cross_encoder: Path, tmp_path: Path, address: str, timeout_s: str) -> tuple[subprocess.CompletedProcess, float]:
+    """`augsbert label --address ADDRESS` in a process of its own (this session's Ray would be reused)."""
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("sentence1,sentence2\na cat,a dog\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "AUGSBERT_CONNECT_TIMEOUT": timeout_s}
+    env.pop("RAY_ADDRESS", None)
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "augsbert_ray.cli", "label", "--model", str(tiny_cross_encoder), "--input", str(pairs),
+         "--output", str(tmp_path / "out"), "--address", address], env=env, capture_output=True, text=True, timeout=300)
+    return result, time.monotonic() - started
+
+
+def test_address_with_nothing_listening_fails_at_once(tiny_cross_encoder: Path, tmp_path: Path) -> None:
+    """Before: ray.init retried for more than 7 minutes (measured on 127.0.0.1:1)."""
+    result, _ = label_in_a_process(tiny_cross_encoder, tmp_path, "127.0.0.1:1", "60")
+    assert result.returncode == 2, result.stderr[-3000:]
+    line = result.stderr.splitlines()[-1]
+    assert line.startswith("augsbert label: error: cannot reach a Ray cluster at 127.0.0.1:1 (GCS ") and "Connection refused" in line
+
+
+def test_address_that_does_not_answer_fails_after_the_timeout(tiny_cross_encoder: Path, tmp_path: Path) -> None:
+    """A port that accepts connections but never answers (as a host behind a firewall that drops packets would
+    not even accept): the check gives up after AUGSBERT_CONNECT_TIMEOUT seconds."""
+    with socket.create_server(("", 0)) as silent:  # all interfaces: Ray resolves 127.0.0.1 to the host's address
+        port = silent.getsockname()[1]
+        result, seconds = label_in_a_process(tiny_cross_encoder, tmp_path, f"127.0.0.1:{port}", "3")
+    assert result.returncode == 2, result.stderr[-3000:]
+    line = result.stderr.splitlines()[-1]
+    assert line.startswith(f"augsbert label: error: cannot reach a Ray cluster at 127.0.0.1:{port} (GCS ")
+    assert line.endswith(": no answer within 3 s ($AUGSBERT_CONNECT_TIMEOUT sets the wait)")
+    assert 3 <= seconds < 60  # it waited the 3 s, not the minutes ray.init would (the process, imports included)
+
+
+def test_a_ray_client_address_that_does_not_answer_is_one_line(tiny_cross_encoder: Path, tmp_path: Path) -> None:
+    """ray:// goes to Ray Client, which gives up by itself after ~30 s; its ConnectionError becomes one line."""
+    result, _ = label_in_a_process(tiny_cross_encoder, tmp_path, "ray://127.0.0.1:1", "60")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.splitlines()[-1] == "augsbert label: error: cannot join a Ray cluster at ray://127.0.0.1:1: ray client connection timeout"
+
+
+def test_a_running_cluster_passes_the_check(ray_session) -> None:
+    gcs = ray_session.get_runtime_context().gcs_address
+    check_gcs(gcs, gcs, 10)  # this session's GCS answers (with the session's auth token)
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "nan"])
+def test_connect_timeout_must_be_positive(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("AUGSBERT_CONNECT_TIMEOUT", value)
+    with pytest.raises(SpecError) as raised:
+        connect_timeout()
+    assert str(raised.value) == f"$AUGSBERT_CONNECT_TIMEOUT must be a positive number of seconds, got {value!r}"
+
+
+# --- errors that come through Ray: one line, exit 1 (2 for bad input), the traceback with -v -------------------
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_failed_labeling_actor_is_one_line(ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys, verbose: bool) -> None:
+    """Weights cut in half: the model directory passes the driver's checks, and every actor fails to start."""
+    model = tmp_path / "model"
+    shutil.copytree(tiny_cross_encoder, model)
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("sentence1,sentence2\na cat,a dog\n")
+    code = main([*(["-v"] if verbose else []), "label", "--model", str(model), "--input", str(pairs), "--output", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 1
+    hint = "" if verbose else " (rerun with -v for Ray's traceback)"
+    assert re.fullmatch(rf"augsbert label: error: \S*SafetensorError: .+{re.escape(hint)}", error_line(err)), error_line(err)
+    assert err.endswith(error_line(err) + "\n")
+    assert ('augsbert_ray/cli.py", line' in err) == verbose  # the driver's own traceback, from main down
+
+
+def test_ray_failure_finds_the_root_cause(ray_session) -> None:
+    ray = ray_session
+
+    @ray.remote(num_cpus=0)
+    def fails(error: Exception) -> None:
+        raise error
+
+    def raised(error: Exception) -> BaseException:
+        try:
+            ray.get(fails.remote(error))
+        except Exception as exc:  # RayTaskError(<type of error>)
+            return exc
+        raise AssertionError("the task did not fail")
+
+    assert ray_failure(raised(KeyError("no column 'x'"))) == ("KeyError: \"no column 'x'\"", 1)
+    assert ray_failure(raised(SpecError("pairs.csv:7 field 'label': bad"))) == ("pairs.csv:7 field 'label': bad", 2)
+    try:
+        raise RuntimeError("tuning sbert cull: 1 trial(s) failed: seed42") from raised(ZeroDivisionError("division by zero"))
+    except RuntimeError as chained:
+        assert ray_failure(chained) == ("ZeroDivisionError: division by zero", 1)
+    assert ray_failure(WorkerGroupError("worker 0 failed", {0: MemoryError("out of memory")})) == ("MemoryError: out of memory", 1)
+    assert ray_failure(ValueError("no Ray in it")) is None
+
+
+def test_ray_failure_reads_a_ray_data_udf_error_from_its_remote_traceback(ray_session) -> None:
+    """Ray Data wraps a UDF's exception in a UserCodeException whose cause stays in the worker."""
+    import ray.data
+
+    class Fails:
+        def __call__(self, batch: dict) -> dict:
+            raise KeyError("no column 'x'")
+
+    with pytest.raises(Exception) as raised:
+        ray.data.from_items([{"a": 1}]).map_batches(Fails, compute=ray.data.ActorPoolStrategy(size=1), batch_size=1, num_cpus=0.5).materialize()
+    assert ray_failure(raised.value) == ("KeyError: \"no column 'x'\"", 1)

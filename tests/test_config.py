@@ -80,3 +80,19 @@ def test_missing_spec_file_and_bad_yaml(tmp_path: Path) -> None:
 def test_labeling_runtime_must_fit_the_precision(pair: str, message: str, tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=message):
         load_spec(write(tmp_path, f"labeling:\n  {pair}\n"))
+
+
+def test_fits_survive_a_failure_on_a_cluster_by_default(tmp_path: Path) -> None:
+    assert load_spec(None).training.max_failures == 0  # an embedded local Ray
+    assert load_spec(None, ["ray.address=auto"]).training.max_failures == 1
+    assert load_spec(write(tmp_path, "ray:\n  address: 10.0.0.5:6379\n")).training.max_failures == 1
+    assert load_spec(None, ["ray.address=auto", "training.max_failures=0"]).training.max_failures == 0  # explicit wins
+    assert load_spec(None, ["training.max_failures=3"]).training.max_failures == 3
+    resolved = load_spec(None, ["ray.address=auto"])
+    assert load_spec(write(tmp_path, dump_spec(resolved))) == resolved  # spec.yaml records the resolved value
+
+
+def test_long_jobs_save_training_states_and_survive_failures() -> None:
+    for job in Path(__file__).parents[1].glob("jobs/*.yaml"):
+        training = load_spec(job).training
+        assert (training.max_failures, training.checkpoint_every) == (2, 200), job

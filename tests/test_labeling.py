@@ -182,7 +182,9 @@ def test_csv_shards_end_at_records_not_at_quoted_newlines(tmp_path: Path) -> Non
     path.write_text('sentence1,sentence2,id\na,"b, with a comma",0\n"two\nlines",c,1\nd,e,2\n"""quoted""",f,3\ng,h,4')
     shards = plan_shards([str(path)], "csv", ("sentence1", "sentence2"), shard_rows=2)
     assert [shard.first_row for shard in shards] == [0, 2, 4]
-    rows = [row for shard in shards for table in read_shard(shard, window=10) for row in table.to_pylist()]
+    windows = [window for shard in shards for window in read_shard(shard, window=10)]
+    rows = [row for window in windows for row in window.table.to_pylist()]
+    assert [list(window.records) for window in windows] == [[1, 2], [3, 4], [5]]
     assert [row["id"] for row in rows] == [0, 1, 2, 3, 4]
     assert [row["sentence1"] for row in rows] == ["a", "two\nlines", "d", '"quoted"', "g"]
     assert len({shard.name for shard in shards}) == 3

@@ -19,15 +19,14 @@ import pyarrow.parquet as pq
 import ray
 import ray.data
 
-from augsbert_ray.config import LabelingSpec, SpecError
+from augsbert_ray.config import LabelingSpec, SpecError, check_output_dir
 from augsbert_ray.files import atomic_write_text
 from augsbert_ray.labeling.plan import Shard, expand_inputs, input_format, plan_shards
-from augsbert_ray.labeling.scorer import STATS_KEY, ShardLabeler, calibration_pairs
+from augsbert_ray.labeling.scorer import COUNT_KEYS, STATS_KEY, ShardLabeler, calibration_pairs
 from augsbert_ray.labeling.teacher import Teacher
 from augsbert_ray.runtime import init_ray, log
 
 MANIFEST = "_manifest.json"
-COUNT_KEYS = ("pairs_in", "labeled", "rejected", "truncated", "tokens", "tokens_sq", "padded_tokens")
 
 
 @dataclass
@@ -191,6 +190,7 @@ def label_files(
     if job.spec.precision == "int8" and any(member.kind == "bi_encoder" for member in job.teacher.members):
         raise SpecError("--precision int8 quantizes cross-encoders only; a teacher with a bi-encoder runs fp32, bf16 or fp16")
     shards = plan_shards(files, fmt, job.text_columns, job.spec.shard_rows)
+    check_output_dir(output, "--output")
     init_ray(address)
     check_resources(job.spec)
     key = job.key(shards, output)
@@ -202,7 +202,9 @@ def label_files(
     if pending:
         calibration = calibration_pairs(shards, tuple(job.text_columns)) if job.spec.precision == "int8" else None
         for row in _pipeline(pending, output, job, calibration).iter_rows():
-            stats[row["shard"]] = {name: (int(value) if name in COUNT_KEYS else value) for name, value in row.items()}
+            if row["error"]:
+                raise SpecError(row["error"])
+            stats[row["shard"]] = {name: (int(value) if name in COUNT_KEYS else value) for name, value in row.items() if name != "error"}
             write_manifest(output, key, stats, shards, final=False)
             log.info("shard %s: %d labeled, %d rejected (%d/%d shards)", row["shard"], row["labeled"], row["rejected"], len(stats), len(shards))
     remove_partials(output)  # every shard is final now; a retried shard's lost attempt may have left its temp file

@@ -9,7 +9,10 @@ from __future__ import annotations
 import glob
 import hashlib
 import io
-from dataclasses import dataclass
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -18,11 +21,13 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from augsbert_ray.config import SpecError
+from augsbert_ray.config import SpecError, is_text_type
+from augsbert_ray.data.rejects import Reject
 
 FORMATS = ("parquet", "csv", "jsonl")
 SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
 SCAN_CHUNK = 4 << 20  # bytes per step when finding CSV/JSONL record boundaries
+RECORD = "(line)"  # the field of a reject for a record that could not be read at all
 
 
 @dataclass(frozen=True)
@@ -71,12 +76,17 @@ def read_schema(path: str, fmt: str, text_columns: tuple[str, str]) -> pa.Schema
         if fmt == "parquet":
             schema = pq.read_schema(path)
         elif fmt == "csv":
-            with pacsv.open_csv(path, convert_options=pacsv.ConvertOptions(column_types=_string_types(text_columns))) as reader:
+            # a malformed record is not the file's fault as a whole: read_shard counts it as a reject
+            skip = pacsv.ParseOptions(invalid_row_handler=lambda row: "skip")
+            convert = pacsv.ConvertOptions(column_types=_string_types(text_columns))
+            with pacsv.open_csv(path, parse_options=skip, convert_options=convert) as reader:
                 schema = reader.schema
         else:
             with open(path, "rb") as handle:
                 head = handle.read(1 << 20)
-            schema = pajson.read_json(io.BytesIO(head[: head.rfind(b"\n") + 1] or head)).schema
+            lines = (head[: head.rfind(b"\n") + 1] or head).split(b"\n")
+            # types from the well-formed lines: a malformed one is rejected by read_shard, with its line number
+            schema = pajson.read_json(io.BytesIO(b"\n".join(line for line in lines if _well_formed(line, text_columns)))).schema
     except (OSError, pa.ArrowException, ValueError) as exc:
         raise SpecError(f"{path}: cannot read as {fmt}: {str(exc).splitlines()[0]}") from None
     missing = [column for column in text_columns if column not in schema.names]
@@ -84,10 +94,19 @@ def read_schema(path: str, fmt: str, text_columns: tuple[str, str]) -> pa.Schema
         raise SpecError(f"{path}: no column {', '.join(map(repr, missing))} (columns: {', '.join(schema.names)}); see --text-columns")
     for column in text_columns:
         index = schema.get_field_index(column)
-        if not (pa.types.is_string(schema.field(index).type) or pa.types.is_large_string(schema.field(index).type) or pa.types.is_null(schema.field(index).type)):
+        if not is_text_type(schema.field(index).type):
             raise SpecError(f"{path}: column {column!r} holds {schema.field(index).type}, not text")
         schema = schema.set(index, pa.field(column, pa.string()))
     return schema
+
+
+def _well_formed(line: bytes, text_columns: tuple[str, str]) -> bool:
+    """A JSON object whose text columns, where present, hold text."""
+    try:
+        record = json.loads(line)
+    except ValueError:  # invalid JSON or UTF-8
+        return False
+    return isinstance(record, dict) and all(isinstance(record.get(column, ""), (str, type(None))) for column in text_columns)
 
 
 def _string_types(text_columns: tuple[str, str]) -> dict[str, pa.DataType]:
@@ -165,24 +184,87 @@ def plan_shards(files: list[str], fmt: str, text_columns: tuple[str, str], shard
     return shards
 
 
-def read_shard(shard: Shard, window: int):
-    """Yield the shard's rows as Arrow tables of at most ``window`` rows, with the planned schema."""
+@dataclass(frozen=True)
+class Window:
+    """Rows of a shard read together, with each row's 1-based record number in its file (a CSV header not
+    counted), and the records of the shard that could not be read, as rejects (on its first window)."""
+
+    table: pa.Table
+    records: np.ndarray
+    rejects: list[Reject] = field(default_factory=list)
+
+
+def read_shard(shard: Shard, window: int) -> Iterator[Window]:
+    """Yield the shard's rows as windows of at most ``window`` rows, with the planned schema. A malformed
+    record becomes a reject; a value that cannot take its column's type stops the shard with a SpecError."""
     if shard.fmt == "parquet":
         parquet = pq.ParquetFile(shard.path)
+        first = shard.first_row + 1
         for batch in parquet.iter_batches(batch_size=window, row_groups=list(shard.row_groups)):
-            yield pa.Table.from_batches([batch]).cast(shard.schema)
+            yield Window(pa.Table.from_batches([batch]).cast(shard.schema), np.arange(first, first + batch.num_rows))
+            first += batch.num_rows
         return
     start, end = shard.byte_range
     with open(shard.path, "rb") as handle:
         handle.seek(start)
         data = handle.read(end - start)
-    if shard.fmt == "csv":
-        options = pacsv.ReadOptions(column_names=shard.schema.names, skip_rows=1 if shard.header else 0)
-        convert = pacsv.ConvertOptions(column_types=dict(zip(shard.schema.names, shard.schema.types)))
-        table = pacsv.read_csv(io.BytesIO(data), read_options=options, convert_options=convert)
-    else:
-        parse = pajson.ParseOptions(explicit_schema=shard.schema, unexpected_field_behavior="ignore")
-        table = pajson.read_json(io.BytesIO(data), parse_options=parse)
-    for offset in range(0, table.num_rows, window):
-        yield table.slice(offset, window)
+    table, records, rejects = _read_csv(shard, data) if shard.fmt == "csv" else _read_jsonl(shard, data)
+    for offset in range(0, max(table.num_rows, 1), window):  # one window at least, to carry the rejects
+        yield Window(table.slice(offset, window), records[offset : offset + window], rejects if offset == 0 else [])
 
+
+def _read_csv(shard: Shard, data: bytes) -> tuple[pa.Table, np.ndarray, list[Reject]]:
+    """Records with the wrong number of fields are rejected; arrow numbers records from the header, if any."""
+    header = int(shard.header)
+    rejects: list[Reject] = []
+
+    def reject(row: pacsv.InvalidRow) -> str:
+        reason = f"expected {row.expected_columns} fields, got {row.actual_columns}"
+        rejects.append(Reject(shard.path, shard.first_row + row.number - header, RECORD, reason, row.text[:200]))
+        return "skip"
+
+    # one thread: only then does arrow know the record number of a bad record or value
+    options = pacsv.ReadOptions(column_names=shard.schema.names, skip_rows=header, use_threads=False)
+    convert = pacsv.ConvertOptions(column_types=dict(zip(shard.schema.names, shard.schema.types)))
+    try:
+        table = pacsv.read_csv(io.BytesIO(data), read_options=options, parse_options=pacsv.ParseOptions(invalid_row_handler=reject),
+                               convert_options=convert)
+    except pa.ArrowInvalid as exc:
+        raise _conversion_error(shard, str(exc), header) from None
+    first = shard.first_row + 1
+    records = np.setdiff1d(np.arange(first, first + table.num_rows + len(rejects)), [r.line for r in rejects])
+    return table, records, rejects
+
+
+def _conversion_error(shard: Shard, message: str, header: int) -> SpecError:
+    """A value arrow cannot convert: the record, the column, and where the column's type came from."""
+    found = re.match(r"In CSV column #(\d+): Row #(\d+): (.*)", message.splitlines()[0])
+    if found is None:
+        return SpecError(f"{shard.path}: cannot read the records after record {shard.first_row}: {message.splitlines()[0]}")
+    column = shard.schema.field(int(found[1]))
+    source = "" if is_text_type(column.type) else f"; the column's type, {column.type}, was read from the file's first rows"
+    return SpecError(f"{shard.path}:{shard.first_row + int(found[2]) - header} field {column.name!r}: {found[3]}{source}")
+
+
+def _read_jsonl(shard: Shard, data: bytes) -> tuple[pa.Table, np.ndarray, list[Reject]]:
+    """Each non-blank line is a record. When the shard does not parse at once, each line is parsed alone to
+    reject the bad ones."""
+    parse = pajson.ParseOptions(explicit_schema=shard.schema, unexpected_field_behavior="ignore")
+    lines = [(shard.first_row + index + 1, line) for index, line in enumerate(data.split(b"\n")) if line.strip()]
+    try:
+        table = pajson.read_json(io.BytesIO(data), parse_options=parse)
+        return table, np.array([number for number, _ in lines], dtype=np.int64), []
+    except pa.ArrowInvalid:
+        pass  # found line by line below
+    good, rejects = [], []
+    for number, line in lines:
+        try:
+            pajson.read_json(io.BytesIO(line), parse_options=parse)
+            good.append((number, line))
+        except pa.ArrowInvalid as exc:
+            detail = re.sub(r"^JSON parse error: | in row \d+$", "", str(exc).splitlines()[0])
+            column = re.search(r"Column\(/([^)]+)\)", detail)
+            rejects.append(Reject(shard.path, number, column[1] if column else RECORD, f"invalid JSON record: {detail}",
+                                  line[:200].decode("utf-8", errors="replace")))
+    table = pajson.read_json(io.BytesIO(b"\n".join(line for _, line in good)), parse_options=parse) if good else shard.schema.empty_table()
+    return table, np.array([number for number, _ in good], dtype=np.int64), rejects

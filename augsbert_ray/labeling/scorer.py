@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from augsbert_ray.config import SpecError
 from augsbert_ray.data.rejects import Reject
 from augsbert_ray.files import atomic_write_text
 from augsbert_ray.labeling.backend import CALIBRATION_PAIRS, EmbeddingModel, PairModel
@@ -26,6 +27,7 @@ from augsbert_ray.labeling.teacher import Teacher
 
 WINDOW = 4096  # pairs sorted by length together; bounds actor memory and padding
 STATS_KEY = b"augsbert.label"
+COUNT_KEYS = ("pairs_in", "labeled", "rejected", "truncated", "tokens", "tokens_sq", "padded_tokens")
 OUTPUT_COLUMNS = ("score", "labeler")
 
 
@@ -42,9 +44,9 @@ def is_sentence(text: str | None) -> bool:
     return text is not None and bool(text.strip())
 
 
-def check_pairs(table: pa.Table, text_columns: tuple[str, str], shard: Shard, first_row: int) -> tuple[np.ndarray, list[Reject]]:
+def check_pairs(table: pa.Table, text_columns: tuple[str, str], path: str, records: np.ndarray) -> tuple[np.ndarray, list[Reject]]:
     """Rows whose two sentences are both non-empty text; every other row becomes a reject with its reason
-    and its 1-based record number in the file (a CSV header not counted)."""
+    and its record number in the file (``records``, one per row)."""
     valid = np.ones(table.num_rows, dtype=bool)
     rejects: list[Reject] = []
     columns = {name: table.column(name).to_pylist() for name in text_columns}
@@ -54,7 +56,7 @@ def check_pairs(table: pa.Table, text_columns: tuple[str, str], shard: Shard, fi
             if not is_sentence(text):
                 valid[row] = False
                 other = columns[text_columns[1] if name == text_columns[0] else text_columns[0]][row]
-                rejects.append(Reject(shard.path, first_row + row + 1, name, "missing sentence" if text is None else "empty sentence", other or ""))
+                rejects.append(Reject(path, int(records[row]), name, "missing sentence" if text is None else "empty sentence", other or ""))
                 break
     return valid, rejects
 
@@ -63,8 +65,8 @@ def calibration_pairs(shards: list[Shard], text_columns: tuple[str, str], count:
     """The input's first ``count`` pairs with two sentences: what int8 calibrates on, the same for every actor."""
     pairs: list[tuple[str, str]] = []
     for shard in shards:
-        for table in read_shard(shard, count):
-            first, second = (table.column(name).to_pylist() for name in text_columns)
+        for window in read_shard(shard, count):
+            first, second = (window.table.column(name).to_pylist() for name in text_columns)
             pairs += [(a, b) for a, b in zip(first, second) if is_sentence(a) and is_sentence(b)]
             if len(pairs) >= count:
                 return pairs[:count]
@@ -146,29 +148,43 @@ class ShardLabeler:
         self.labeler, self.text_columns, self.strategy = labeler, text_columns, strategy
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
-        stats = [self.label_shard(self.shards[name]) for name in batch["shard"].tolist()]
+        stats = [self.label_or_refuse(self.shards[name]) for name in batch["shard"].tolist()]
         return {key: np.array([s[key] for s in stats]) for key in stats[0]}
+
+    def label_or_refuse(self, shard: Shard) -> dict[str, Any]:
+        """The shard's counts with ``error`` empty; for input that cannot be labeled, zero counts and the one-line
+        error, which the driver raises. (Raised here, it would reach the driver as a Ray task failure without it.)"""
+        try:
+            return {**self.label_shard(shard), "error": ""}
+        except SpecError as exc:
+            return {"shard": shard.name, **dict.fromkeys(COUNT_KEYS, 0), "seconds": 0.0, "error": str(exc)}
 
     def label_shard(self, shard: Shard) -> dict[str, Any]:
         started = time.perf_counter()
-        stats = {"shard": shard.name, "pairs_in": 0, "labeled": 0, "rejected": 0, "truncated": 0, "tokens": 0, "tokens_sq": 0, "padded_tokens": 0}
+        stats: dict[str, Any] = {"shard": shard.name, **dict.fromkeys(COUNT_KEYS, 0)}
         schema = output_schema(shard.schema)
         final = self.output / shard.name
         attempt = uuid.uuid4().hex[:8]  # a retried shard may overlap a dying actor's attempt: never share a temp file
         tmp = self.output / f".{shard.name}.{attempt}.tmp"
         rejects: list[Reject] = []
-        with pq.ParquetWriter(tmp, schema) as writer:
-            for table in read_shard(shard, WINDOW):
-                valid, window_rejects = check_pairs(table, self.text_columns, shard, shard.first_row + stats["pairs_in"])
-                stats["pairs_in"] += table.num_rows
-                rejects += window_rejects
-                kept = table.filter(pa.array(valid)) if not valid.all() else table
-                scores = self.score_window(kept, stats)
-                writer.write_table(self.with_scores(kept, scores, schema))
-            stats["labeled"], stats["rejected"] = stats["pairs_in"] - len(rejects), len(rejects)
-            stats["seconds"] = round(time.perf_counter() - started, 3)
-            writer.add_key_value_metadata({STATS_KEY: json.dumps(stats).encode()})
+        try:
+            with pq.ParquetWriter(tmp, schema) as writer:
+                for window in read_shard(shard, WINDOW):
+                    table = window.table
+                    valid, window_rejects = check_pairs(table, self.text_columns, shard.path, window.records)
+                    stats["pairs_in"] += table.num_rows + len(window.rejects)
+                    rejects += window.rejects + window_rejects
+                    kept = table.filter(pa.array(valid)) if not valid.all() else table
+                    scores = self.score_window(kept, stats)
+                    writer.write_table(self.with_scores(kept, scores, schema))
+                stats["labeled"], stats["rejected"] = stats["pairs_in"] - len(rejects), len(rejects)
+                stats["seconds"] = round(time.perf_counter() - started, 3)
+                writer.add_key_value_metadata({STATS_KEY: json.dumps(stats).encode()})
+        except SpecError:
+            tmp.unlink(missing_ok=True)
+            raise
         (self.output / "_rejects").mkdir(exist_ok=True)
+        rejects.sort(key=lambda reject: reject.line)
         atomic_write_text(self.output / "_rejects" / f"{shard.name}.jsonl", "".join(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in rejects))
         os.replace(tmp, final)  # the shard exists only once it is complete
         return stats

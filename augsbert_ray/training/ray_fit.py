@@ -213,7 +213,8 @@ def fit_on_ray(
         run_config=RunConfig(
             name=name,
             storage_path=str(storage.resolve()),
-            failure_config=FailureConfig(max_failures=resources.max_failures),
+            # None only in a TrainingSpec made outside a job spec (which resolves it from ray.address): as locally
+            failure_config=FailureConfig(max_failures=resources.max_failures or 0),
             # a full training state is ~3x the model: keep only the latest (the final model, once reported)
             checkpoint_config=CheckpointConfig(num_to_keep=1),
         ),

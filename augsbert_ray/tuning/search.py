@@ -221,7 +221,8 @@ def run_phase(setup: SearchSetup, configs: list[dict[str, Any]], phase: str, sch
     results = {result.config["run"]["trial"]: result for result in grid}
     failed = {name: result.error for name, result in results.items() if result.error is not None}
     if failed:
-        raise RuntimeError(f"tuning {setup.model_name} {phase}: trials failed: {failed}")
+        # chained to the first failure, so that the command can name its root cause
+        raise RuntimeError(f"tuning {setup.model_name} {phase}: {len(failed)} trial(s) failed: {', '.join(failed)}") from next(iter(failed.values()))
     return results
 
 
