@@ -223,7 +223,8 @@ def _report_rejects(rows_read: int, rejects: list[Reject], rejects_path: Path | 
 def _evaluate(args: argparse.Namespace) -> int:
     from augsbert_ray.data import load_gold
     from augsbert_ray.evaluation import evaluate
-    from augsbert_ray.evaluation.checks import check_class_labels, check_model_dir, check_scorable, model_kind
+    from augsbert_ray.data.usable import check_scorable
+    from augsbert_ray.evaluation.checks import check_class_labels, check_model_dir, model_kind
     from augsbert_ray.models import resolve_model
 
     model = resolve_model(args.model)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from augsbert_ray.config import SpecError
+from augsbert_ray.data.formats import input_format, read_schema
 
 
 def read_sentences(path: Path, what: str = "--sentences") -> list[str]:
@@ -19,7 +20,6 @@ def read_sentences(path: Path, what: str = "--sentences") -> list[str]:
         import pyarrow.json as pajson
         import pyarrow.parquet as pq
 
-        from augsbert_ray.labeling.plan import input_format, read_schema
 
         fmt = input_format([str(path)], None)
         read_schema(str(path), fmt, ("sentence", "sentence"))

@@ -12,6 +12,28 @@ from augsbert_ray.data.gold import GoldData
 from augsbert_ray.data.rejects import check_reject_fraction
 
 
+METRIC = {"regression": "Spearman", "classification": "F1/AUC"}
+
+
+def check_scorable(task: TaskType, labels: np.ndarray, what: str) -> None:
+    """A split needs two pairs and two different labels, else its metric is NaN (or F1 of one class).
+
+    Args:
+        task: regression or classification.
+        labels: the split's labels.
+        what: the split and its origin, for the message, e.g. ``"pairs.csv (test split)"``.
+
+    Example:
+        ::
+
+            check_scorable("regression", gold.test.column("label").to_numpy(), "stsb test split")
+    """
+    if len(labels) < 2:
+        raise SpecError(f"{what}: {len(labels)} pair(s) to score; {METRIC[task]} needs at least 2")
+    if len(np.unique(labels)) < 2:
+        raise SpecError(f"{what}: all {len(labels)} labels are equal; {METRIC[task]} needs at least two different labels")
+
+
 def check_reject_fractions(gold: GoldData, max_fraction: float, rejects_path: Path | None, what: str = "gold") -> None:
     """``max_fraction`` of the rows read overall and of each split's file (``what`` names the data in messages):
     a split's bad rows must not hide among the other splits' good ones."""
@@ -52,8 +74,6 @@ def check_train_size(rows: int, need: tuple[int, str], what: str) -> None:
 
 def check_scorable_split(gold: GoldData, split: str, what: str, task: TaskType) -> None:
     """A scored split (dev, test, or a calibration split) needs two pairs and two different labels."""
-    from augsbert_ray.evaluation.checks import check_scorable  # the evaluation package imports Ray and the models
-
     check_scorable(task, gold.split(split).column("label").to_numpy(), f"{what} {split} split")
 
 

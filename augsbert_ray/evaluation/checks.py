@@ -6,14 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
-
-from augsbert_ray.config import SpecError, TaskType
+from augsbert_ray.config import SpecError
 from augsbert_ray.data.readers import MISSING_FIELD
 from augsbert_ray.data.rejects import Reject
-
-METRIC = {"regression": "Spearman", "classification": "F1/AUC"}
-
 
 def check_model_dir(model: str) -> None:
     """A local model directory must hold a config.json that transformers can read (a hub id is left to the loader).
@@ -86,22 +81,3 @@ def check_class_labels(rejects: list[Reject], rows_read: int) -> None:
             f"--task classification needs 0/1 labels: {bad[0]} ({len(bad)} of {rows_read} rows); "
             "scores need --task regression"
         )
-
-
-def check_scorable(task: TaskType, labels: np.ndarray, what: str) -> None:
-    """A split needs two pairs and two different labels, else its metric is NaN (or F1 of one class).
-
-    Args:
-        task: regression or classification.
-        labels: the split's labels.
-        what: the split and its origin, for the message, e.g. ``"pairs.csv (test split)"``.
-
-    Example:
-        ::
-
-            check_scorable("regression", gold.test.column("label").to_numpy(), "stsb test split")
-    """
-    if len(labels) < 2:
-        raise SpecError(f"{what}: {len(labels)} pair(s) to score; {METRIC[task]} needs at least 2")
-    if len(np.unique(labels)) < 2:
-        raise SpecError(f"{what}: all {len(labels)} labels are equal; {METRIC[task]} needs at least two different labels")

@@ -20,8 +20,9 @@ import ray
 import ray.data
 
 from augsbert_ray.config import LabelingSpec, SpecError, check_output_dir
+from augsbert_ray.data.formats import input_format
 from augsbert_ray.files import atomic_write_text
-from augsbert_ray.labeling.plan import Shard, expand_inputs, input_format, plan_shards
+from augsbert_ray.labeling.plan import Shard, expand_inputs, plan_shards
 from augsbert_ray.labeling.scorer import COUNT_KEYS, STATS_KEY, ShardLabeler, calibration_pairs
 from augsbert_ray.labeling.teacher import Teacher
 from augsbert_ray.runtime import init_ray, log

@@ -9,7 +9,6 @@ from __future__ import annotations
 import glob
 import hashlib
 import io
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,10 +21,9 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from augsbert_ray.config import SpecError, is_text_type
+from augsbert_ray.data.formats import SUFFIXES, read_schema
 from augsbert_ray.data.rejects import Reject
 
-FORMATS = ("parquet", "csv", "jsonl")
-SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
 SCAN_CHUNK = 4 << 20  # bytes per step when finding CSV/JSONL record boundaries
 RECORD = "(line)"  # the field of a reject for a record that could not be read at all
 
@@ -57,60 +55,6 @@ def expand_inputs(pattern: str | list[str]) -> list[str]:
     if not files:
         raise SpecError(f"--input {pattern!r} matches no file")
     return [str(Path(f).resolve()) for f in files]
-
-
-def input_format(files: list[str], fmt: str | None) -> str:
-    if fmt:
-        if fmt not in FORMATS:
-            raise SpecError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-        return fmt
-    suffix = Path(files[0]).suffix
-    if suffix not in SUFFIXES:
-        raise SpecError(f"{files[0]}: cannot tell the format from the suffix {suffix!r}; pass --format")
-    return SUFFIXES[suffix]
-
-
-def read_schema(path: str, fmt: str, text_columns: tuple[str, str]) -> pa.Schema:
-    """The file's columns and types, read from its footer or its first block; text columns are strings."""
-    try:
-        if fmt == "parquet":
-            schema = pq.read_schema(path)
-        elif fmt == "csv":
-            # a malformed record is not the file's fault as a whole: read_shard counts it as a reject
-            skip = pacsv.ParseOptions(invalid_row_handler=lambda row: "skip")
-            convert = pacsv.ConvertOptions(column_types=_string_types(text_columns))
-            with pacsv.open_csv(path, parse_options=skip, convert_options=convert) as reader:
-                schema = reader.schema
-        else:
-            with open(path, "rb") as handle:
-                head = handle.read(1 << 20)
-            lines = (head[: head.rfind(b"\n") + 1] or head).split(b"\n")
-            # types from the well-formed lines: a malformed one is rejected by read_shard, with its line number
-            schema = pajson.read_json(io.BytesIO(b"\n".join(line for line in lines if _well_formed(line, text_columns)))).schema
-    except (OSError, pa.ArrowException, ValueError) as exc:
-        raise SpecError(f"{path}: cannot read as {fmt}: {str(exc).splitlines()[0]}") from None
-    missing = [column for column in text_columns if column not in schema.names]
-    if missing:
-        raise SpecError(f"{path}: no column {', '.join(map(repr, missing))} (columns: {', '.join(schema.names)}); see --text-columns")
-    for column in text_columns:
-        index = schema.get_field_index(column)
-        if not is_text_type(schema.field(index).type):
-            raise SpecError(f"{path}: column {column!r} holds {schema.field(index).type}, not text")
-        schema = schema.set(index, pa.field(column, pa.string()))
-    return schema
-
-
-def _well_formed(line: bytes, text_columns: tuple[str, str]) -> bool:
-    """A JSON object whose text columns, where present, hold text."""
-    try:
-        record = json.loads(line)
-    except ValueError:  # invalid JSON or UTF-8
-        return False
-    return isinstance(record, dict) and all(isinstance(record.get(column, ""), (str, type(None))) for column in text_columns)
-
-
-def _string_types(text_columns: tuple[str, str]) -> dict[str, pa.DataType]:
-    return {column: pa.string() for column in text_columns}
 
 
 def _shard_name(file_index: int, shard_index: int, path: str, size: int, span: object) -> str:

@@ -1,0 +1,72 @@
+"""Pair and sentence files by format (Parquet, CSV, JSONL): the format from a suffix, and the schema with its
+text columns checked."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from augsbert_ray.config import SpecError, is_text_type
+
+FORMATS = ("parquet", "csv", "jsonl")
+SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
+
+
+def input_format(files: list[str], fmt: str | None) -> str:
+    if fmt:
+        if fmt not in FORMATS:
+            raise SpecError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        return fmt
+    suffix = Path(files[0]).suffix
+    if suffix not in SUFFIXES:
+        raise SpecError(f"{files[0]}: cannot tell the format from the suffix {suffix!r}; pass --format")
+    return SUFFIXES[suffix]
+
+
+def read_schema(path: str, fmt: str, text_columns: tuple[str, str]) -> pa.Schema:
+    """The file's columns and types, read from its footer or its first block; text columns are strings."""
+    try:
+        if fmt == "parquet":
+            schema = pq.read_schema(path)
+        elif fmt == "csv":
+            # a malformed record is not the file's fault as a whole: read_shard counts it as a reject
+            skip = pacsv.ParseOptions(invalid_row_handler=lambda row: "skip")
+            convert = pacsv.ConvertOptions(column_types=string_types(text_columns))
+            with pacsv.open_csv(path, parse_options=skip, convert_options=convert) as reader:
+                schema = reader.schema
+        else:
+            with open(path, "rb") as handle:
+                head = handle.read(1 << 20)
+            lines = (head[: head.rfind(b"\n") + 1] or head).split(b"\n")
+            # types from the well-formed lines: a malformed one is rejected by read_shard, with its line number
+            schema = pajson.read_json(io.BytesIO(b"\n".join(line for line in lines if _well_formed(line, text_columns)))).schema
+    except (OSError, pa.ArrowException, ValueError) as exc:
+        raise SpecError(f"{path}: cannot read as {fmt}: {str(exc).splitlines()[0]}") from None
+    missing = [column for column in text_columns if column not in schema.names]
+    if missing:
+        raise SpecError(f"{path}: no column {', '.join(map(repr, missing))} (columns: {', '.join(schema.names)}); see --text-columns")
+    for column in text_columns:
+        index = schema.get_field_index(column)
+        if not is_text_type(schema.field(index).type):
+            raise SpecError(f"{path}: column {column!r} holds {schema.field(index).type}, not text")
+        schema = schema.set(index, pa.field(column, pa.string()))
+    return schema
+
+
+def _well_formed(line: bytes, text_columns: tuple[str, str]) -> bool:
+    """A JSON object whose text columns, where present, hold text."""
+    try:
+        record = json.loads(line)
+    except ValueError:  # invalid JSON or UTF-8
+        return False
+    return isinstance(record, dict) and all(isinstance(record.get(column, ""), (str, type(None))) for column in text_columns)
+
+
+def string_types(text_columns: tuple[str, str]) -> dict[str, pa.DataType]:
+    return {column: pa.string() for column in text_columns}
