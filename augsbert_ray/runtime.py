@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 from collections.abc import Iterator
+import contextlib
 from contextlib import contextmanager
 
 import ray
@@ -55,14 +56,18 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         # A Ray job's driver (`augsbert submit`, `ray job submit`) already carries the job's env_vars,
         # and Ray refuses a ray.init runtime env that names them again.
         job_env = json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")).get("runtime_env", {}).get("env_vars") or {}
-        gcs = cluster_gcs_address(address)
+        # a Ray on this host's loopback (an embedded one): Ray would resolve the address to the host's, where it
+        # does not listen, and a driver joining it must register as 127.0.0.1 too
+        loopback = address.rsplit(":", 1)[0] in ("127.0.0.1", "localhost")
+        gcs = address if loopback else cluster_gcs_address(address)
         if gcs and "RAY_ADDRESS" not in job_env:
             env_vars["RAY_ADDRESS"] = gcs  # workers find the State API through this cluster's GCS
         env_vars = {name: value for name, value in env_vars.items() if name not in job_env}
         if gcs:
             check_gcs(address, gcs, connect_timeout())
         try:
-            ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True)
+            with _loopback_node() if loopback else contextlib.nullcontext():
+                ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=True)
         except ConnectionError as exc:  # 'auto' with no cluster, or a Ray Client (ray://) address that did not answer
             raise SpecError(f"cannot join a Ray cluster at {address}: {str(exc).splitlines()[0]}") from None
     else:

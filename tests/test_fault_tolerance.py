@@ -78,11 +78,11 @@ def test_killed_train_worker_resumes_from_checkpoint(ray_session, tiny_model: Pa
 DRIVER = """
 import sys
 from pathlib import Path
-import ray
 from augsbert_ray.config import BiEncoderSpec, TrainingSpec
+from augsbert_ray.runtime import init_ray
 from augsbert_ray.training import fit_bi_encoder
 model, train, storage, out = sys.argv[2:]
-ray.init(address=sys.argv[1])
+init_ray(sys.argv[1])  # the session's Ray listens on 127.0.0.1: a driver joining it must register there too
 fit_bi_encoder(BiEncoderSpec(model=model, epochs=8, batch_size=8), model, [(train, "label")],
                TrainingSpec(num_workers=1, cpus_per_worker=1, checkpoint_every=25), 0, Path(storage), "ft", Path(out))
 """
