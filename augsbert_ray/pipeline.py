@@ -349,6 +349,11 @@ def resumed_state(spec: JobSpec, run_dir: Path, data_dir: str | Path | None, for
     return RunState(run_dir, finished_fits=finished)
 
 
+def teacher_stage(spec: JobSpec) -> str:
+    """The teacher's stage name in logs and wall_seconds: a cross-encoder's keeps the name it always had."""
+    return "train cross-encoder" if spec.teacher.kind == "cross-encoder" else f"train the {spec.teacher.kind} teacher"
+
+
 def train_teacher(spec: JobSpec, state: RunState, gold: GoldData, gold_file: TrainFile) -> Teacher:
     """The teacher's models fitted on the gold (in transfer: source) train split, each reused on resume: the
     cross-encoder, the bi-encoder teacher, or both (ensemble). Their scores are not mapped yet (see check_teacher)."""
@@ -506,7 +511,7 @@ def run_in_domain(spec: JobSpec, data_dir: str | Path | None = None, resume: Pat
         gold = read_gold(spec, state, data_dir)
     gold_file = (str(state.run_dir / "gold" / "train.parquet"), "label")
 
-    with state.stage(f"train the {spec.teacher.kind} teacher", total_stages):
+    with state.stage(teacher_stage(spec), total_stages):
         teacher = train_teacher(spec, state, gold, gold_file)
 
     with state.stage("train SBERT on gold", total_stages):
@@ -574,7 +579,7 @@ def run_domain_transfer(
         target = read_target(spec, state, data_dir)
     source_file = (str(state.run_dir / "gold" / "train.parquet"), "label")
 
-    with state.stage(f"train the {spec.teacher.kind} teacher on the source", total_stages):
+    with state.stage(teacher_stage(spec) + " on the source", total_stages):
         teacher = train_teacher(spec, state, source, source_file)
 
     with state.stage("train SBERT on source gold (and target gold)", total_stages):

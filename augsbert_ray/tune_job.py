@@ -10,7 +10,8 @@ import ray
 from augsbert_ray.config import JobSpec, SpecError, bi_encoder_name
 from augsbert_ray.evaluation import evaluate_on_ray
 from augsbert_ray.pipeline import (
-    CandidateSource, calibrate_teacher, make_silver, read_gold, silver_by_top_k, start_run, train_bi_encoder, train_teacher,
+    CandidateSource, calibrate_teacher, make_silver, read_gold, silver_by_top_k, start_run, teacher_stage, train_bi_encoder,
+    train_teacher,
 )
 from augsbert_ray.runtime import log
 from augsbert_ray.tuning.report import write_tuning_report
@@ -37,7 +38,7 @@ def run_tuning_job(spec: JobSpec, data_dir: str | Path | None = None, resume: Pa
     gold_file = (str(state.run_dir / "gold" / "train.parquet"), "label")
     state.counts["trained_on"] = {}
     if strategies:
-        with state.stage(f"train the {spec.teacher.kind} teacher", stages):
+        with state.stage(teacher_stage(spec), stages):
             teacher = calibrate_teacher(spec, state, train_teacher(spec, state, gold, gold_file), gold)
     if needs_sbert:
         with state.stage("tune SBERT" if "sbert" in tuned else "train SBERT on gold", stages):
