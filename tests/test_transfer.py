@@ -175,7 +175,7 @@ def test_a_cross_encoder_fit_is_reproduced_by_its_seed(ray_session, tiny_model: 
     weights = {}
     for name, seed in (("first", 1), ("again", 1), ("other", 2)):
         model_dir = tmp_path / "models" / name
-        fit_cross_encoder(CrossEncoderSpec(model=str(tiny_model), epochs=1, batch_size=16), str(tiny_model), "regression",
+        fit_cross_encoder(CrossEncoderSpec(model=str(tiny_model), epochs=1, batch_size=16), str(tiny_model),
                           [(str(path), "label")], TrainingSpec(cpus_per_worker=1), seed, tmp_path / "ray_train" / name, model_dir)
         weights[name] = load_file(str(model_dir / "model.safetensors"))
     assert all(np.array_equal(weights["first"][key], weights["again"][key]) for key in weights["first"])
