@@ -74,8 +74,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         # Ray Train's PlacementGroupCleaner asks the State API, served by the dashboard, whether a fit's
         # controller is alive. Without a dashboard it logs a warning every second of every fit. Unpinned,
         # it auto-detects a cluster: with another Ray on the host it can ask the wrong one, judge the
-        # controller dead and remove a running fit's placement group (seen on 2026-11-24), or find
-        # several and fail each query.
+        # controller dead and remove a running fit's placement group, or find several and fail each query.
         port = free_local_port()
         env_vars["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{port}"
         with _loopback_node():

@@ -32,13 +32,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the tiny BERT builder the tests use
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from augsbert_ray.config import LabelingSpec, SamplingSpec  # noqa: E402
 from augsbert_ray.labeling import LabelJob, Teacher, label_files  # noqa: E402
-from augsbert_ray.models import resolve_model  # noqa: E402
+from augsbert_ray.models import build_tiny_bert, resolve_model  # noqa: E402
 from augsbert_ray.sampling import SentencePool, candidate_table  # noqa: E402
 
 THREADS = 2  # this machine's cores; the reference uses torch's default (all cores), the actor reserves both
@@ -228,7 +227,6 @@ def main() -> None:
     if args.rss_pairs == "skip":
         return
     tiny = work / "tiny"
-    from tiny_model import build_tiny_bert
 
     build_tiny_bert(tiny / "bert")
     torch.manual_seed(0)

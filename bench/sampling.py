@@ -22,7 +22,6 @@ import numpy as np
 import psutil
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
 
 class PeakRss:
@@ -73,7 +72,7 @@ def measure_semantic(size: int, data_dir: str) -> dict:
     from augsbert_ray.models import resolve_model
     from augsbert_ray.sampling.neighbours import top_k_pairs
     from augsbert_ray.sampling.pairs import SentencePool
-    from augsbert_ray.sampling.semantic import _faiss_search, embed_sentences
+    from augsbert_ray.sampling.semantic import faiss_search, embed_sentences
 
     pool = SentencePool(edited_corpus(size, data_dir=Path(data_dir)))
     resources = LabelingSpec(batch_size=128, cpus_per_actor=2)
@@ -81,7 +80,7 @@ def measure_semantic(size: int, data_dir: str) -> dict:
     embedded = embed_sentences(pool.sentences, resolve_model("minilm"), resources)
     embed_seconds = time.perf_counter() - start
     spec = SamplingSpec(top_k=5)
-    ids, scores = _faiss_search(embedded, len(pool), 6, spec.semantic_index, spec.ann_threshold, threads=2)
+    ids, scores = faiss_search(embedded, len(pool), 6, spec.semantic_index, spec.ann_threshold, threads=2)
     codes, _ = top_k_pairs(pool, ids, scores, 5, np.empty(0, np.int64))
     total = time.perf_counter() - start
     return {"seconds": total, "embed_seconds": embed_seconds, "search_seconds": total - embed_seconds, "candidates": len(codes)}

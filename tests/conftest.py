@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from augsbert_ray.models import build_tiny_bert
+
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
-sys.path.insert(0, str(Path(__file__).parent))
-
-from tiny_model import build_tiny_bert  # noqa: E402
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

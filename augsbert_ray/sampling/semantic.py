@@ -75,7 +75,12 @@ def build_index(vectors: np.ndarray, kind: str, threshold: int) -> Any:
     return index
 
 
-def _faiss_search(embedded: ray.data.Dataset, n: int, depth: int, kind: str, threshold: int, threads: int):
+def faiss_search(
+    embedded: ray.data.Dataset, n: int, depth: int, kind: str, threshold: int, threads: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``depth`` nearest sentences of each of the ``n`` embedded sentences (rows ``idx``, ``embedding``), itself
+    included: ids and inner-product scores, each ``(n, depth)``. ``kind``/``threshold`` choose the index as
+    ``sampling.semantic_index``/``ann_threshold`` do."""
     import faiss
 
     faiss.omp_set_num_threads(threads)
@@ -93,7 +98,7 @@ def semantic_neighbours(
     sentences: list[str], model: str, depth: int, spec: SamplingSpec, resources: LabelingSpec
 ) -> tuple[np.ndarray, np.ndarray]:
     embedded = embed_sentences(sentences, model, resources)
-    search = ray.remote(num_cpus=spec.search_cpus, num_gpus=1 if resources.gpus_per_actor else 0)(_faiss_search)
+    search = ray.remote(num_cpus=spec.search_cpus, num_gpus=1 if resources.gpus_per_actor else 0)(faiss_search)
     threads = max(1, int(spec.search_cpus))
     return ray.get(search.remote(embedded, len(sentences), depth, spec.semantic_index, spec.ann_threshold, threads))
 
