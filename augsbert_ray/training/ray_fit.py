@@ -6,6 +6,7 @@ import json
 import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -152,18 +153,24 @@ def train_resuming(trainer: Any, checkpoint_every: int | None) -> tuple[Any, int
         return trainer.train(resume_from_checkpoint=str(resume_from)), step
 
 
+def training_dataset(table: pa.Table) -> Any:
+    """The pairs as a Hugging Face Dataset for a trainer. Its fingerprint is given: hashing would read the whole
+    table once more, and dill prints a bytecode listing to the worker's stdout while it hashes."""
+    from datasets import Dataset
+
+    return Dataset(table, fingerprint=uuid.uuid4().hex)
+
+
 def train_and_report(
     trainer_cls: type, args_cls: type, model: Any, loss: Any, table: pa.Table, spec: EncoderSpec,
     config: dict[str, Any], find_unused_parameters: bool,
 ) -> None:
     """Worker side of every fit: run the sentence-transformers trainer and report the final model."""
-    from datasets import Dataset
-
     with tempfile.TemporaryDirectory() as output_dir:
         args = training_arguments(
             args_cls, spec, config["seed"], output_dir, find_unused_parameters, config["checkpoint_every"]
         )
-        trainer = with_progress_line(trainer_cls(model=model, args=args, train_dataset=Dataset(table), loss=loss), config["name"])
+        trainer = with_progress_line(trainer_cls(model=model, args=args, train_dataset=training_dataset(table), loss=loss), config["name"])
         result, resumed_from_step = train_resuming(trainer, config["checkpoint_every"])
     metrics = {"train_loss": result.training_loss, "train_rows": table.num_rows, "steps": result.global_step}
     report_final_model(model, {**metrics, "resumed_from_step": resumed_from_step})

@@ -17,7 +17,9 @@ from ray.train import Checkpoint
 from augsbert_ray.config import BiEncoderSpec
 from augsbert_ray.evaluation.metrics import dev_metric
 from augsbert_ray.training.bi_encoder import bi_encoder_loss
-from augsbert_ray.training.ray_fit import read_training_pairs, training_arguments, with_progress_line, worker_setup
+from augsbert_ray.training.ray_fit import (
+    read_training_pairs, training_arguments, training_dataset, with_progress_line, worker_setup,
+)
 
 
 def total_steps(rows: int, batch_size: int, workers: int, epochs: int) -> int:
@@ -138,7 +140,6 @@ def tuning_train_loop(config: dict[str, Any]) -> None:
     """config: spec, model, train_files, seed, total_steps, eval_steps, stop_at (or None), resume_from
     (a checkpoint directory, or None), dev_file, task."""
     worker_setup(config)
-    from datasets import Dataset
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 
     spec = BiEncoderSpec.model_validate(config["spec"])
@@ -156,7 +157,7 @@ def tuning_train_loop(config: dict[str, Any]) -> None:
         reporter = make_reporter(
             model, dev, config["task"], config["eval_steps"], config["stop_at"], config["stop_file"], is_rank_zero
         )
-        trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset(table), loss=loss, callbacks=[reporter])
+        trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=training_dataset(table), loss=loss, callbacks=[reporter])
         with_progress_line(trainer, Path(config["stop_file"]).name)
         trainer.train(resume_from_checkpoint=config["resume_from"])
         if is_rank_zero:  # the steps this fit ran, also when Tune stopped it after its last report
