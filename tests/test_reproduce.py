@@ -1,7 +1,6 @@
-"""bench/reproduce.py tabulates a seed made as --part runs as one run."""
+"""`augsbert reproduce` tabulates a seed made as --part runs as one run."""
 
 import argparse
-import importlib.util
 import json
 import re
 import sys
@@ -9,14 +8,9 @@ from pathlib import Path
 
 import yaml
 
+from augsbert_ray import reproduce
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_reproduce():
-    spec = importlib.util.spec_from_file_location("reproduce", ROOT / "bench" / "reproduce.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def write_run(run_dir: Path, strategies: list[str], test: dict[str, float], seconds: float) -> None:
@@ -28,7 +22,6 @@ def write_run(run_dir: Path, strategies: list[str], test: dict[str, float], seco
 
 
 def test_a_seed_made_as_two_parts_is_merged_into_one_run(tmp_path: Path) -> None:
-    reproduce = load_reproduce()
     args = argparse.Namespace(quick=False)
     shared = {"jaccard": 40.0, "zero_shot": 45.0, "cross_encoder": 52.0}
     write_run(tmp_path / "bws_in_topic-full-seed43_rest-20261123-190000", ["bm25", "random", "semantic", "bm25+semantic"],
@@ -51,7 +44,6 @@ def test_a_seed_made_as_two_parts_is_merged_into_one_run(tmp_path: Path) -> None
 
 
 def test_a_seed_made_as_three_parts_is_merged_into_one_run(tmp_path: Path) -> None:
-    reproduce = load_reproduce()
     args = argparse.Namespace(quick=False)
     shared = {"jaccard": 80.0, "zero_shot": 81.0, "cross_encoder": 84.0}
     write_run(tmp_path / "mrpc-full-seed44_lexical-20261124-220000", ["bm25", "random"],
@@ -70,7 +62,6 @@ def test_a_seed_made_as_three_parts_is_merged_into_one_run(tmp_path: Path) -> No
 
 
 def test_parts_run_the_strategies_a_whole_run_runs() -> None:
-    reproduce = load_reproduce()
     from augsbert_ray.config import load_spec
 
     for name in ("bws_cross_topic", "bws_in_topic", "mrpc"):
@@ -83,7 +74,6 @@ def test_parts_run_the_strategies_a_whole_run_runs() -> None:
             assert [part.tuning is not None for part in parts] == [True] + [False] * (len(split) - 1)
 
 def test_a_part_takes_a_finished_sibling_parts_teacher(tmp_path: Path) -> None:
-    reproduce = load_reproduce()
     base = "mrpc-full-seed43"
     assert reproduce.shared_teacher(tmp_path, base, "kde", None) == []  # no rest part yet: the kde part fits its own
     rest = tmp_path / f"{base}_rest-20261124-010000"
@@ -109,7 +99,6 @@ def linked_files(page: Path) -> list[Path]:
 
 
 def test_results_page_links_each_tabulated_runs_spec_instead_of_inlining_it(tmp_path: Path, monkeypatch) -> None:
-    reproduce = load_reproduce()
     runs = tmp_path / "runs"
     shared = {"jaccard": 40.0, "zero_shot": 45.0, "cross_encoder": 52.0}
     whole = {**shared, "sbert": 60.0, "augsbert_bm25": 62.0, "augsbert_rs": 61.0}

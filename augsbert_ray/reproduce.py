@@ -1,0 +1,403 @@
+"""Reproduce the paper's experiments (Tables 5 and 6 in form): mean +- std test scores over seeds for every
+model, in-domain on STSb-1k, BWS cross-topic, BWS in-topic and MRPC, and transfer STSb -> BWS / MRPC.
+
+    augsbert reproduce --quick        # small version: 1 seed, small splits, RS and BM25 (see QUICK)
+    augsbert reproduce                # full: 3 seeds, every job spec as shipped (about a day on 2 cores)
+    augsbert reproduce --only stsb_1k --seeds 42 43 44
+    augsbert reproduce --gpu --seeds 42 --cpus 5     # on a GPU machine: fits, labeling, evaluation there
+    augsbert reproduce --collect      # tabulate the finished runs only (e.g. copied from elsewhere)
+    augsbert reproduce --only bws_in_topic --seeds 43 --part kde   # one seed in shorter runs
+    augsbert reproduce --set teacher.kind=bi-encoder   # every run with other spec settings
+
+The job specs are read from jobs/ of this source checkout.
+
+Each (experiment, seed) is one `augsbert run` of a job spec in jobs/, with `seed` set (it drives the splits,
+train_limit subsets, sampling and training). Runs land in --runs; on a rerun a finished run (its metrics.json)
+is reused and an unfinished one is resumed (`augsbert run --resume`: its finished fits are kept), so a long
+run can be stopped and continued. Writes docs/RESULTS.md and bench/results/reproduce.json.
+
+--part splits an in-domain seed into runs that are each short enough for a machine that cannot keep a run across
+sessions (see PARTS and SPLITS): rest + kde, or lexical + semantic + kde where the rest part may not fit in one.
+Every part draws the splits, the cross-encoder and the pools that a whole run draws (BM25 sizes the KDE pool even
+when it is not run), and a seed whose parts of one split have all finished is tabulated as one run. A part started
+after another part of its seed has finished on this machine copies that part's cross-encoder
+(cross_encoder.trained) instead of fitting the same one again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from augsbert_ray.config import SpecError, load_spec
+from augsbert_ray.report import MODEL_TITLES
+
+ROOT = Path(__file__).resolve().parents[1]  # the source checkout: jobs/, docs/, bench/results/
+
+# experiment -> (job spec, overrides of the full run)
+EXPERIMENTS: dict[str, tuple[str, list[str]]] = {
+    "stsb_1k": ("jobs/stsb_indomain_all_strategies.yaml", []),
+    "bws_cross_topic": ("jobs/bws_cross_topic.yaml", []),
+    "bws_in_topic": ("jobs/bws_in_topic.yaml", []),
+    "mrpc": ("jobs/mrpc_indomain.yaml", []),
+    "transfer_stsb_bws": ("jobs/transfer_stsb_bws.yaml", []),
+    "transfer_stsb_mrpc": ("jobs/transfer_stsb_mrpc.yaml", []),
+}
+IN_DOMAIN = [name for name in EXPERIMENTS if not name.startswith("transfer_")]
+TRANSFER = [name for name in EXPERIMENTS if name.startswith("transfer_")]
+IN_DOMAIN_ROWS = ["jaccard", "zero_shot", "cross_encoder", "sbert", "augsbert_rs", "augsbert_kde", "augsbert_bm25",
+                  "augsbert_ss", "augsbert_bm25_ss"]
+TRANSFER_ROWS = ["jaccard", "zero_shot", "cross_encoder", "sbert_source", "augsbert", "sbert_target"]
+# SBERT is seed-optimized in the in-domain experiments of the full run (the paper's section 5).
+SEED_OPTIMIZED_SBERT = ["tuning.seeds=5", "tuning.models=[sbert]", "tuning.cpus_per_trial=1"]
+# The small version: fewer and shorter fits, subsampled evaluation, no seed optimization, and in-domain only the
+# two strategies the targets compare (random and BM25): every fit costs ~25 s of Ray Train start on 2 cores.
+QUICK = ["data.train_limit=100", "data.eval_limit=200", "cross_encoder.epochs=1", "cross_encoder.max_seq_length=64",
+         "bi_encoder.max_seq_length=64", "sampling.strategies=[random,bm25]", "sampling.top_k=1", "training.cpus_per_worker=2"]
+QUICK_TARGET = ["target.data.train_limit=300", "target.data.eval_limit=200"]
+# --gpu: every fit, labeling actor and evaluation on the (one) GPU; tuning trials share it.
+GPU = ["training.use_gpu=true", "labeling.gpus_per_actor=0.25", "evaluation.gpus=0.25"]
+GPU_TUNING = ["tuning.gpus_per_trial=0.2"]
+# An in-domain seed as shorter runs: on BWS, KDE's fit alone is longer than the four other fits together (its pool is
+# 10x BM25's). MRPC's rest part (seeds 42, 43: 3.1 and 2.5 hours of fits and stages on 2 cores shared with other
+# work) was cut off at a session's end both times; lexical + semantic split it.
+# part -> (its strategies, the rows it gives). Only a part that gives SBERT's row seed-optimizes it; the others train
+# SBERT once (the job always does) and leave its row.
+SHARED_ROWS = ["jaccard", "zero_shot", "cross_encoder"]  # fitted or scored alike by every part of a seed
+PARTS: dict[str, tuple[list[str], list[str]]] = {
+    "rest": (["bm25", "random", "semantic", "bm25+semantic"],
+             [*SHARED_ROWS, "sbert", "augsbert_bm25", "augsbert_rs", "augsbert_ss", "augsbert_bm25_ss"]),
+    "kde": (["kde"], ["augsbert_kde"]),
+    "lexical": (["bm25", "random"], [*SHARED_ROWS, "sbert", "augsbert_bm25", "augsbert_rs"]),
+    "semantic": (["semantic", "bm25+semantic"], ["augsbert_ss", "augsbert_bm25_ss"]),
+}
+SPLITS = [("rest", "kde"), ("lexical", "semantic", "kde")]  # each makes a whole seed; its first part gives SHARED_ROWS
+
+def overrides_for(name: str, quick: bool, gpu: bool, part: str | None = None) -> list[str]:
+    extra = EXPERIMENTS[name][1]
+    transfer = name in TRANSFER
+    if quick:
+        return [*extra, *QUICK, *(QUICK_TARGET if transfer else []), *(GPU if gpu else [])]
+    seed_search = not transfer and (part is None or "sbert" in PARTS[part][1])
+    tuning = [*SEED_OPTIMIZED_SBERT, *(GPU_TUNING if gpu else [])] if seed_search else []
+    strategies = [f"sampling.strategies=[{','.join(PARTS[part][0])}]"] if part else []
+    return [*extra, *tuning, *strategies, *(GPU if gpu else [])]
+
+
+def host() -> dict[str, str | int]:
+    """Where a run ran: recorded beside it, so that results aggregated elsewhere still say."""
+    import ray
+    import torch
+
+    return {"machine": platform.machine(), "node": platform.node(), "cpus_given_to_ray": int(ray.cluster_resources().get("CPU", 0)),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none", "torch": torch.__version__}
+
+
+def finished_run(runs: Path, run_name: str) -> Path | None:
+    finished = sorted(runs.glob(f"{run_name}-*/metrics.json"))
+    return finished[-1].parent if finished else None
+
+
+def base_name(name: str, seed: int, args: argparse.Namespace) -> str:
+    return f"{name}-{'quick' if args.quick else 'full'}-seed{seed}"
+
+
+def shared_teacher(runs: Path, base: str, part: str | None, stopped: Path | None) -> list[str]:
+    """A part copies the cross-encoder of a finished part of its seed (any other part): the same teacher, not
+    fitted again.
+
+    A stopped run keeps the teacher its spec.yaml names, so that it resumes with the spec it started with."""
+    if stopped:
+        teacher = yaml.safe_load((stopped / "spec.yaml").read_text())["cross_encoder"].get("trained")
+        return [f"cross_encoder.trained={teacher}"] if teacher else []
+    siblings = [finished_run(runs, f"{base}_{other}") for other in PARTS if part and other != part]
+    teachers = [run / "models" / "cross_encoder" for run in siblings if run]
+    return next(([f"cross_encoder.trained={teacher}"] for teacher in teachers if teacher.is_dir()), [])
+
+def run_one(name: str, seed: int, args: argparse.Namespace, runs: Path) -> None:
+    """One experiment at one seed (or one --part of it), unless it has finished; a stopped run is resumed."""
+    from augsbert_ray.pipeline import run_job
+
+    base = base_name(name, seed, args)
+    run_name = f"{base}_{args.part}" if args.part else base
+    if finished_run(runs, base) or finished_run(runs, run_name):
+        return
+    job = EXPERIMENTS[name][0]
+    overrides = [*overrides_for(name, args.quick, args.gpu, args.part), *args.set, f"seed={seed}", f"output_dir={runs}",
+                 f"name={run_name}"]
+    unfinished = sorted(path.parent for path in runs.glob(f"{run_name}-*/spec.yaml"))  # stopped runs: continue the latest
+    stopped = unfinished[-1] if unfinished else None
+    spec = load_spec(ROOT / job, [*overrides, *shared_teacher(runs, base, args.part, stopped)])
+    run_dir = run_job(spec, data_dir=args.data_dir, resume=stopped)
+    (run_dir / "host.json").write_text(json.dumps(host()), encoding="utf-8")
+
+
+def read_run(run_dir: Path) -> tuple[dict, dict, dict]:
+    host_file = run_dir / "host.json"  # absent for runs made before it was recorded
+    return (json.loads((run_dir / "metrics.json").read_text()), yaml.safe_load((run_dir / "spec.yaml").read_text()),
+            json.loads(host_file.read_text()) if host_file.exists() else {})
+
+
+def merge_parts(parts: dict[str, tuple[dict, dict, dict]]) -> tuple[dict, dict, dict]:
+    """One seed's runs made as the parts of a split, as if one run: each part's rows (PARTS), the strategies of all,
+    and their wall times added. Records how far the shared rows of the other parts are from the first part's on test
+    (the same seed makes the same splits and teacher; a nonzero gap is nondeterminism of the fits)."""
+    first, *others = parts
+    metrics, spec, where = parts[first]
+    metrics = {**metrics, "test": {}, "details": {}, "parts": {}}
+    spec = {**spec, "sampling": {**spec["sampling"], "strategies": []}}
+    for part, (part_metrics, part_spec, _) in parts.items():
+        spec["sampling"]["strategies"] += part_spec["sampling"]["strategies"]
+        for row in PARTS[part][1]:
+            metrics["test"][row] = part_metrics["test"][row]
+            metrics["details"][row] = part_metrics["details"][row]
+    for part in others:
+        part_metrics = parts[part][0]
+        shared = [row for row in SHARED_ROWS if row in part_metrics["test"]]
+        gaps = {row: round(abs(part_metrics["test"][row] - metrics["test"][row]), 4) for row in shared}
+        metrics["parts"][part] = {"seconds": run_seconds(part_metrics), "test_gap_of_shared_rows": gaps}
+    return metrics, spec, where
+
+def run_seconds(metrics: dict) -> float:
+    """A run's compute: its last attempt, the fits it reused from earlier attempts, and its other parts'."""
+    return (metrics.get("wall_seconds", {}).get("total", 0.0) + sum(metrics.get("reused_fits", {}).values())
+            + sum(part["seconds"] for part in metrics.get("parts", {}).values()))
+
+
+def seed_result(name: str, seed: int, args: argparse.Namespace, runs: Path) -> tuple[dict, dict, dict] | None:
+    """The finished run of one experiment at one seed (or its finished parts, merged); None if there is none."""
+    base = base_name(name, seed, args)
+    if whole := finished_run(runs, base):
+        return read_run(whole)
+    for split in SPLITS:
+        parts = {part: finished_run(runs, f"{base}_{part}") for part in split}
+        if all(parts.values()):
+            return merge_parts({part: read_run(run_dir) for part, run_dir in parts.items()})
+    return None
+
+
+def summarize(scores: list[float]) -> dict[str, float | int]:
+    return {"mean": round(statistics.fmean(scores), 2), "std": round(statistics.stdev(scores), 2) if len(scores) > 1 else 0.0,
+            "n_seeds": len(scores)}
+
+
+def mean_std(entry: dict) -> str:
+    return f"{entry['mean']:.2f} ± {entry['std']:.2f}" if entry["n_seeds"] > 1 else f"{entry['mean']:.2f} (1 seed)"
+
+
+def cell(results: dict, experiment: str, row: str) -> str:
+    entry = results.get(experiment, {}).get(row)
+    if not entry:
+        return "not run"
+    return mean_std(entry) + (f" / {mean_std(entry['auc05'])}" if "auc05" in entry else "")
+
+
+def table(results: dict, experiments: list[str], rows: list[str], headers: list[str]) -> list[str]:
+    lines = ["| model | " + " | ".join(headers) + " |", "|---|" + "---:|" * len(headers)]
+    for row in rows:
+        lines.append(f"| {MODEL_TITLES.get(row, row)} | " + " | ".join(cell(results, e, row) for e in experiments) + " |")
+    return lines
+
+
+def verdict(value: float, target: float, at_least: bool = True) -> str:
+    met = value >= target if at_least else value <= target
+    return f"target {'>=' if at_least else '<='} {target:+.1f}: {'met' if met else 'missed'}"
+
+
+def deltas(results: dict) -> list[str]:
+    """The paper's effects, as measured, against the targets: AugSBERT-BM25 - SBERT >= +1.5 on STSb and both BWS
+    splits, RS no better than BM25, transfer STSb -> BWS AugSBERT - SBERT-source >= +5."""
+    lines = []
+    for experiment in IN_DOMAIN:
+        rows = results.get(experiment, {})
+        if "augsbert_bm25" in rows and "sbert" in rows:
+            gain = rows["augsbert_bm25"]["mean"] - rows["sbert"]["mean"]
+            rs_over_bm25 = rows["augsbert_rs"]["mean"] - rows["augsbert_bm25"]["mean"]
+            lines.append(f"- {experiment}: AugSBERT-BM25 - SBERT = {gain:+.2f}"
+                         + ("" if experiment == "mrpc" else f" ({verdict(gain, 1.5)})")
+                         + f"; AugSBERT-RS - AugSBERT-BM25 = {rs_over_bm25:+.2f} ({verdict(rs_over_bm25, 0.0, at_least=False)})")
+    for experiment in TRANSFER:
+        rows = results.get(experiment, {})
+        if "augsbert" in rows and "sbert_source" in rows:
+            gain = rows["augsbert"]["mean"] - rows["sbert_source"]["mean"]
+            lines.append(f"- {experiment}: AugSBERT - SBERT-source = {gain:+.2f}"
+                         + (f" ({verdict(gain, 5.0)})" if experiment == "transfer_stsb_bws" else ""))
+    return lines
+
+
+def describe_hosts(hosts: list[dict]) -> str:
+    kinds = sorted({f"{h.get('gpu', '?')} GPU, {h.get('cpus_given_to_ray', '?')} CPUs given to Ray, torch {h.get('torch', '?')}"
+                    for h in hosts})
+    return "; ".join(kinds) or "not recorded"
+
+
+def write_results(path: Path, results: dict, specs: dict, runs: dict, args: argparse.Namespace, command: str, seconds: float) -> None:
+    headers = {"stsb_1k": "STSb (1k gold), Spearman", "bws_cross_topic": "BWS cross-topic, Spearman",
+               "bws_in_topic": "BWS in-topic, Spearman", "mrpc": "MRPC, F1 / AUC(0.05)", "transfer_stsb_bws": "STSb → BWS in-topic, Spearman",
+               "transfer_stsb_mrpc": "STSb → MRPC, F1 / AUC(0.05)"}
+    lines = [
+        "# Reproduction of the paper's experiments" + (" (quick version)" if args.quick else ""),
+        "",
+        f"Command: `{command}` ({seconds / 60:.1f} min; finished runs in `{args.runs}` are reused, not rerun)  ",
+        f"Runs: {sum(len(r['seconds']) for r in runs.values())}, seeds {args.seeds}; their wall times add up to "
+        f"{sum(sum(r['seconds']) for r in runs.values()) / 60:.1f} min. They ran on: {describe_hosts([h for r in runs.values() for h in r['hosts']])}.  ",
+        "Seeds per experiment: " + "; ".join(f"{e} {', '.join(map(str, r['seeds'])) or 'none'}" for e, r in runs.items()) + ".  ",
+        *([f"Seeds made as parts (`--part`, see `augsbert reproduce --help`): {'; '.join(parts)}.  "]
+          if (parts := [p for r in runs.values() for p in r["parts"]]) else []),
+        "Backbone of every model: all-MiniLM-L6-v2 (the packaged `minilm`), not the paper's bert-base. Scores x100 on "
+        "the test split, mean ± std over seeds; each seed is a whole run (splits, subsets, sampling, training)."
+        + ("" if args.quick else " In-domain, SBERT is seed-optimized: 5 seeds, all but the best culled at 20% of the "
+           "steps, chosen on dev (`tuning` in the specs linked below)."),
+        "",
+        "## In-domain (the paper's Table 5)",
+        "",
+        *table(results, IN_DOMAIN, IN_DOMAIN_ROWS, [headers[e] for e in IN_DOMAIN]),
+        "",
+        "## Domain transfer (the paper's Table 6)",
+        "",
+        "The target is the target dataset's train pairs with their labels removed; every model is scored on the "
+        "target's test split, whose pairs never enter training.",
+        "",
+        *table(results, TRANSFER, TRANSFER_ROWS, [headers[e] for e in TRANSFER]),
+        "",
+        "## Effects against the targets",
+        "",
+        *deltas(results),
+        "",
+        "## Hyperparameters",
+        "",
+        "Each run's resolved spec, as the run saved it: spec.yaml in its run directory, beside its metrics.json. A seed "
+        "made as parts (`--part`) has one run per part.",
+        "",
+        *run_links(path, specs, runs, args),
+        "",
+    ]
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def seed_run_dirs(name: str, seed: int, args: argparse.Namespace, runs: Path) -> list[tuple[str, Path]]:
+    """The run directories that seed_result tabulates for one experiment at one seed, as (part or "whole", directory)."""
+    base = base_name(name, seed, args)
+    if whole := finished_run(runs, base):
+        return [("whole", whole)]
+    for split in SPLITS:
+        parts = {part: finished_run(runs, f"{base}_{part}") for part in split}
+        if all(parts.values()):
+            return list(parts.items())
+    return []
+
+
+def run_links(path: Path, specs: dict, runs: dict, args: argparse.Namespace) -> list[str]:
+    """A table of the tabulated runs (the experiments in specs, their seeds in runs), each linking its spec.yaml and
+    metrics.json relative to the results page."""
+    run_root, page_dir = Path(args.runs).resolve(), path.resolve().parent
+    lines = ["| experiment | seed | part | run directory (spec.yaml) | metrics |", "|---|---:|---|---|---|"]
+    for experiment in specs:
+        for seed in runs[experiment]["seeds"]:
+            for part, run_dir in seed_run_dirs(experiment, seed, args, run_root):
+                spec, metrics = (Path(os.path.relpath(run_dir / file, page_dir)).as_posix() for file in ("spec.yaml", "metrics.json"))
+                lines.append(f"| {experiment} | {seed} | {part} | [{run_dir.name}]({spec}) | [metrics.json]({metrics}) |")
+    return lines
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `augsbert reproduce` (and of bench/reproduce.py, which calls it)."""
+    parser.add_argument("--quick", action="store_true", help="the small version: 1 seed, small splits, RS and BM25, no seed optimization")
+    parser.add_argument("--seeds", type=int, nargs="+", help="default: 42 43 44 (quick: 42)")
+    parser.add_argument("--only", nargs="+", choices=list(EXPERIMENTS), help="run these experiments only")
+    parser.add_argument("--runs", default="runs/reproduce", help="where the run directories go (default: %(default)s)")
+    parser.add_argument("--data-dir", help="named datasets' directory (default: as for augsbert run)")
+    parser.add_argument("--cpus", type=int, help="CPUs for the embedded Ray (default: all)")
+    parser.add_argument("--gpu", action="store_true", help="fits, labeling and evaluation on the GPU (a quarter GPU each)")
+    parser.add_argument("--part", choices=list(PARTS), help="run only this part of each in-domain seed: rest + kde, or lexical + semantic + kde, make a seed")
+    parser.add_argument("--collect", action="store_true", help="run nothing: tabulate the finished runs in --runs")
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more overrides for every run's spec")
+    parser.add_argument("--results", default=str(ROOT / "docs" / "RESULTS.md"), help="markdown output (default: %(default)s)")
+    parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "reproduce.json"), help="JSON output (default: %(default)s)")
+
+
+def reproduce(args: argparse.Namespace, command: str) -> int:
+    """Run (or with ``args.collect`` only tabulate) the experiments and write the results page and its JSON.
+
+    Args:
+        args: The options of :func:`add_arguments`.
+        command: The command line, recorded on the results page.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_arguments(parser)
+        >>> reproduce(parser.parse_args(["--quick"]), "augsbert reproduce --quick")  # doctest: +SKIP
+    """
+    args.seeds = args.seeds or ([42] if args.quick else [42, 43, 44])
+    if args.part and (args.quick or set(args.only or EXPERIMENTS) & set(TRANSFER)):
+        raise SpecError("--part splits the full in-domain experiments only: give --only with in-domain ones, without --quick")
+    if not args.collect:
+        from augsbert_ray.runtime import init_ray
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the packaged MiniLM: nothing to download
+        init_ray(num_cpus=args.cpus)
+    started = time.perf_counter()
+    runs = Path(args.runs).resolve()
+    results: dict[str, dict] = {}
+    specs: dict[str, dict] = {}
+    run_info: dict[str, dict[str, list]] = {}
+    for experiment in args.only or list(EXPERIMENTS):
+        scores: dict[str, list[float]] = {}
+        auc05: dict[str, list[float]] = {}  # classification: AUC up to 5% false positives, x100, beside F1
+        info = run_info.setdefault(experiment, {"seconds": [], "hosts": [], "seeds": [], "parts": []})
+        for seed in args.seeds:
+            if not args.collect:
+                run_one(experiment, seed, args, runs)
+            if (finished := seed_result(experiment, seed, args, runs)) is None:
+                continue
+            metrics, spec, where = finished
+            if "parts" in metrics:
+                info["parts"].append(f"{experiment} seed {seed}: " + "; ".join(
+                    f"{part} part, test gaps to the first part: " + ", ".join(f"{row} {gap:.4f}" for row, gap in gaps["test_gap_of_shared_rows"].items())
+                    for part, gaps in metrics["parts"].items()))
+            specs.setdefault(experiment, spec)
+            info["seeds"].append(seed)
+            info["seconds"].append(run_seconds(metrics))
+            info["hosts"].append(where)
+            for row, value in metrics["test"].items():
+                scores.setdefault(row, []).append(value)
+                if "test_auc05" in metrics["details"][row]:
+                    auc05.setdefault(row, []).append(100 * metrics["details"][row]["test_auc05"])
+        if not scores:
+            continue
+        results[experiment] = {row: {**summarize(values), **({"auc05": summarize(auc05[row])} if row in auc05 else {})}
+                               for row, values in scores.items()}
+        seconds = time.perf_counter() - started
+        Path(args.json).write_text(json.dumps({"quick": args.quick, **results}, indent=2), encoding="utf-8")
+        write_results(Path(args.results), results, specs, run_info, args, command, seconds)
+        print(f"{experiment}: " + ", ".join(f"{row} {v['mean']:.2f}±{v['std']:.2f}" for row, v in results[experiment].items()), flush=True)
+    if not results:  # e.g. one --part of a seed finished, and its other part has not run yet
+        print(f"no experiment has a finished seed in {runs} yet: {args.results} is left as it was")
+        return 0
+    print(Path(args.results).read_text(encoding="utf-8").split("## Hyperparameters")[0])
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m augsbert_ray.reproduce`` and bench/reproduce.py: the same as `augsbert reproduce`."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    from augsbert_ray.runtime import setup_logging
+
+    setup_logging()
+    command = " ".join(shlex.quote(part) for part in ["augsbert", "reproduce", *(sys.argv[1:] if argv is None else argv)])
+    return reproduce(args, command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
