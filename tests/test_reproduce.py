@@ -3,7 +3,6 @@
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
 import yaml
@@ -98,7 +97,9 @@ def linked_files(page: Path) -> list[Path]:
     return [(page.parent / target).resolve() for target in re.findall(r"\]\(([^)#:]+)\)", page.read_text(encoding="utf-8"))]
 
 
-def test_results_page_links_each_tabulated_runs_spec_instead_of_inlining_it(tmp_path: Path, monkeypatch) -> None:
+def test_results_page_links_each_tabulated_runs_spec_instead_of_inlining_it(tmp_path: Path) -> None:
+    from augsbert_ray.cli import main
+
     runs = tmp_path / "runs"
     shared = {"jaccard": 40.0, "zero_shot": 45.0, "cross_encoder": 52.0}
     whole = {**shared, "sbert": 60.0, "augsbert_bm25": 62.0, "augsbert_rs": 61.0}
@@ -109,9 +110,9 @@ def test_results_page_links_each_tabulated_runs_spec_instead_of_inlining_it(tmp_
     write_run(runs / "bws_in_topic-full-seed44_rest-20261123-220000", ["bm25"], whole, 100.0)  # its kde part never ran
     page = tmp_path / "docs" / "RESULTS.md"
     page.parent.mkdir()
-    monkeypatch.setattr(sys, "argv", ["reproduce.py", "--collect", "--only", "bws_in_topic", "--runs", str(runs),
-                                      "--results", str(page), "--json", str(tmp_path / "reproduce.json")])
-    assert reproduce.main() == 0
+    command = ["reproduce", "--collect", "--only", "bws_in_topic", "--runs", str(runs), "--results", str(page),
+               "--json", str(tmp_path / "reproduce.json")]
+    assert main(command) == 0
 
     text = page.read_text(encoding="utf-8")
     assert "```yaml" not in text and "<details>" not in text
@@ -120,6 +121,7 @@ def test_results_page_links_each_tabulated_runs_spec_instead_of_inlining_it(tmp_
     assert links == sorted(run / "spec.yaml" for run in runs.iterdir() if "seed44" not in run.name)
     assert "../runs/bws_in_topic-full-seed43_kde-20261123-210000/spec.yaml" in text  # relative to the page
     assert "| bws_in_topic | 43 | kde |" in text and "| bws_in_topic | 42 | whole |" in text
+    assert f"Command: `augsbert {' '.join(command)}`" in text
 
 
 def test_committed_results_page_links_committed_specs() -> None:
