@@ -17,7 +17,9 @@ from augsbert_ray.auth import check_token_file
 from augsbert_ray.config import SpecError
 
 # Passed to every Ray worker: tokenizers' own thread pool fights torch's inside actors.
-WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false"}
+# Ray Train workers send print() to Train's logger and, where a library wrapped sys.stdout, to stdout too: every
+# progress line would reach the console twice.
+WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
 # Seconds to wait for a cluster's GCS to answer before giving up on its address.
 CONNECT_TIMEOUT_ENV = "AUGSBERT_CONNECT_TIMEOUT"
 DEFAULT_CONNECT_TIMEOUT_S = 60.0
