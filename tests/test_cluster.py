@@ -181,6 +181,7 @@ def job_status(cluster: Cluster, submission_id: str) -> str:
     return result.stdout.split(":")[1].split()[0]
 
 
+@pytest.mark.cluster
 def test_tiny_jobs_succeed_with_augsbert_submit_and_ray_job_submit(
     cluster: Cluster, tiny_model: Path, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -237,6 +238,7 @@ print("state api:", ray.get(ray.remote(num_cpus=0)(state_api_address).remote()))
 """
 
 
+@pytest.mark.cluster
 def test_workers_ask_their_own_clusters_state_api_beside_another_ray(cluster: Cluster, ray_session, tmp_path: Path) -> None:
     """This session's Ray (dashboard on) shares the host. Unpinned, a worker's auto-detection finds two Rays and
     every State API query of Ray Train's placement-group cleaner fails; joined through init_ray, it asks its own."""
@@ -320,6 +322,7 @@ def _cmdline(process: psutil.Process) -> list[str]:
         return []
 
 
+@pytest.mark.cluster
 def test_driver_killed_mid_labeling_resumes_without_relabeling(cluster: Cluster, tiny_cross_encoder: Path, pairs_file: Path, tmp_path: Path) -> None:
     output = tmp_path / "silver"
     command = label_command(cluster, tiny_cross_encoder, pairs_file, output)
@@ -344,6 +347,7 @@ def test_driver_killed_mid_labeling_resumes_without_relabeling(cluster: Cluster,
     check_exactly_once(output, pairs_file)
 
 
+@pytest.mark.cluster
 def test_worker_node_raylet_killed_mid_labeling_job_finishes_exactly_once(cluster: Cluster, tiny_cross_encoder: Path, pairs_file: Path, tmp_path: Path) -> None:
     output = tmp_path / "silver"
     driver = subprocess.Popen(label_command(cluster, tiny_cross_encoder, pairs_file, output), cwd=REPO, env=cluster.env,

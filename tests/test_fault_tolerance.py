@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pyarrow.parquet as pq
+import pytest
 
 from augsbert_ray.config import BiEncoderSpec, DataSpec, TrainingSpec
 from augsbert_ray.data import load_gold
@@ -56,6 +57,7 @@ def kill_train_worker_after_checkpoints(storage: Path, killed: list[int], timeou
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_killed_train_worker_resumes_from_checkpoint(ray_session, tiny_model: Path, data_dir: Path, tmp_path: Path) -> None:
     gold = load_gold(DataSpec(train_limit=400), seed=0, data_dir=data_dir)
     pq.write_table(gold.train, tmp_path / "train.parquet")
@@ -88,6 +90,7 @@ fit_bi_encoder(BiEncoderSpec(model=model, epochs=8, batch_size=8), model, [(trai
 """
 
 
+@pytest.mark.slow
 def test_killed_driver_resumes_from_checkpoint_in_a_new_driver(
     ray_session, tiny_model: Path, data_dir: Path, tmp_path: Path
 ) -> None:
@@ -121,6 +124,7 @@ def test_killed_driver_resumes_from_checkpoint_in_a_new_driver(
     assert len(list((storage / "ft").glob("checkpoint_*"))) == on_disk  # 16 training states saved, each deleted
 
 
+@pytest.mark.slow
 def test_a_fit_survives_another_ray_with_a_dashboard_on_the_host(ray_session, tmp_path: Path) -> None:
     """Ray Train's placement-group cleaner asks the State API whether the fit's controller lives. Unpinned, it
     could ask a second Ray's dashboard, find no such controller and remove the running fit's placement group."""

@@ -86,6 +86,7 @@ def _tree(pid: int) -> list[psutil.Process]:
     return [root, *root.children(recursive=True)]
 
 
+@pytest.mark.slow
 def test_resume_after_a_kill_labels_every_pair_once(tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path) -> None:
     pairs = stsb_pairs(data_dir, 300) * 20  # 6000 pairs, 24 shards
     pq.write_table(pair_table(pairs), tmp_path / "pairs.parquet", row_group_size=250)

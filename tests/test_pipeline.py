@@ -1,8 +1,13 @@
 import json
+import math
+import re
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
+import pytest
 import yaml
+from scipy.stats import spearmanr
 
 from augsbert_ray.cli import main
 from augsbert_ray.config import JobSpec
@@ -12,6 +17,7 @@ STRATEGIES = {"bm25": "augsbert_bm25", "random": "augsbert_rs", "kde": "augsbert
 MODELS = ("cross_encoder", "sbert", *STRATEGIES.values(), "zero_shot", "jaccard")
 
 
+@pytest.mark.slow
 def test_whole_run_on_a_tiny_model(ray_session, tiny_model: Path, data_dir: Path, tmp_path: Path, capsys) -> None:
     overrides = [
         "data.train_limit=300",
@@ -38,7 +44,11 @@ def test_whole_run_on_a_tiny_model(ray_session, tiny_model: Path, data_dir: Path
 
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert set(metrics["test"]) == set(MODELS) and set(metrics["dev"]) == set(MODELS)
-    assert all(-100 <= value <= 100 for value in metrics["test"].values())
+    test_gold = pq.read_table(run_dir / "gold" / "test.parquet").to_pydict()
+    words = [[set(re.findall(r"\w+", text.lower())) for text in test_gold[column]] for column in ("sentence1", "sentence2")]
+    jaccard = [len(a & b) / len(a | b) if a | b else 0.0 for a, b in zip(*words)]
+    assert metrics["test"]["jaccard"] == pytest.approx(100 * spearmanr(jaccard, test_gold["label"]).statistic, abs=1e-9)
+    assert len(set(metrics["test"].values())) == len(MODELS)  # every model scored on its own
     counts = metrics["counts"]
     assert counts["rows_read"] == counts["accepted"] + counts["rejected"] == 8628
     assert counts["gold_train"] == 300
@@ -50,7 +60,10 @@ def test_whole_run_on_a_tiny_model(ray_session, tiny_model: Path, data_dir: Path
         diagnostics = metrics["sampling"][strategy]
         assert diagnostics["candidates"] == counts["candidates"][strategy]
         assert diagnostics["kept"] == counts["kept"][strategy] == counts["trained_on"][model] - 300
-        assert 0 <= diagnostics["high_similarity_share"] <= 1 and diagnostics["kl_gold_silver"] >= 0
+        kept = pq.read_table(run_dir / "silver" / strategy, columns=["score"],
+                             filters=[("accepted", "=", True)] if strategy == "kde" else None).column("score").to_numpy()
+        assert diagnostics["high_similarity_share"] == pytest.approx(np.mean(kept >= 0.6), abs=1 / len(kept))
+        assert math.isfinite(diagnostics["kl_gold_silver"]) and diagnostics["kl_gold_silver"] > 0
     kde = pq.read_table(run_dir / "silver" / "kde")
     assert kde.num_rows == counts["labeled"]["kde"] == 3000  # selection marks rows, never drops them
     assert sum(kde.column("accepted").to_pylist()) == counts["kept"]["kde"] < 3000

@@ -65,6 +65,7 @@ fit_bi_encoder(BiEncoderSpec(model=model, batch_size=8), model, [(str(work / "pa
 """
 
 
+@pytest.mark.slow
 def test_a_fit_on_ray_prints_each_progress_line_once(tiny_model: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Ray Train copies a worker's print() into its logger, and Hugging Face datasets' hashing printed a bytecode
     listing: the console of a fit in an embedded Ray (as `augsbert run` starts it) shows neither."""

@@ -24,6 +24,7 @@ def kept_rows(ds: ray.data.Dataset) -> set[tuple[str, str]]:
     return {(r["sentence1"], r["sentence2"]) for r in ds.filter(expr=col("accepted")).take_all()}
 
 
+@pytest.mark.slow
 def test_kept_set_is_the_same_under_any_block_split(ray_session) -> None:
     table, gold = synthetic_silver(4000), gold_labels()
     kept = [kept_rows(select(ray.data.from_arrow(table).repartition(blocks), gold, "regression", seed=3)[0]) for blocks in (1, 4, 16)]
@@ -33,6 +34,7 @@ def test_kept_set_is_the_same_under_any_block_split(ray_session) -> None:
     assert other_seed != kept[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["paper", "exact"])
 def test_kde_selection_moves_silver_towards_gold(ray_session, mode: str) -> None:
     table, gold = synthetic_silver(20000), gold_labels()

@@ -90,6 +90,7 @@ def test_engine_scores_equal_direct_scores(kind: str, ensemble: Teacher, ray_ses
     assert result.totals["tokens"] > 0
 
 
+@pytest.mark.slow
 def test_an_ensemble_labeling_job_resumes_and_refuses_another_calibration(
     ensemble: Teacher, ray_session, data_dir: Path, tmp_path: Path, capsys
 ) -> None:
@@ -154,6 +155,7 @@ def test_gate_passes_a_better_teacher(tiny_bi_encoder: Path, ray_session, data_d
     assert not [record for record in caplog.records if record.levelname == "WARNING"]
 
 
+@pytest.mark.slow
 def test_whole_run_with_an_ensemble_teacher(ray_session, tiny_model: Path, tiny_bi_encoder: Path, data_dir: Path, tmp_path: Path) -> None:
     overrides = [
         "data.train_limit=200", "data.eval_limit=200", f"cross_encoder.model={tiny_model}", "cross_encoder.epochs=1",

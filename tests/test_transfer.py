@@ -75,6 +75,7 @@ def run(job: str, overrides: list[str], data_dir: Path) -> None:
     assert main(args) == 0
 
 
+@pytest.mark.slow
 def test_transfer_stsb_to_mrpc_on_given_pairs(ray_session, tiny_model: Path, data_dir: Path, tmp_path: Path) -> None:
     run("jobs/transfer_stsb_mrpc.yaml", [*tiny_models(tiny_model), "target.data.train_limit=300", f"output_dir={tmp_path}", "name=t"], data_dir)
     (run_dir,) = tmp_path.glob("t-*")
@@ -101,6 +102,7 @@ def test_transfer_stsb_to_mrpc_on_given_pairs(ray_session, tiny_model: Path, dat
     assert "domain transfer from stsb to mrpc" in report and "AugSBERT minus SBERT-source" in report
 
 
+@pytest.mark.slow
 def test_transfer_from_target_sentences_alone(ray_session, tiny_model: Path, data_dir: Path, tmp_path: Path) -> None:
     """No target train split at all: unlabeled sentences, recombined by BM25, plus labeled dev/test files."""
     bws = load_gold(DataSpec(dataset="bws", bws_split="in-topic"), seed=0, data_dir=data_dir)
@@ -123,6 +125,7 @@ def test_transfer_from_target_sentences_alone(ray_session, tiny_model: Path, dat
     assert counts["trained_on"]["augsbert_bm25"] == counts["labeled"]["bm25"] == counts["candidates"]["bm25"] > 0
 
 
+@pytest.mark.slow
 def test_flipped_silver_labels_change_the_trained_model(ray_session, tiny_model: Path, data_dir: Path, tmp_path: Path) -> None:
     """The bi-encoder's loss reads the silver scores: the same pairs with scores 1 - s give other weights,
     while the same scores twice give the same weights."""
@@ -162,6 +165,7 @@ def test_each_regression_loss_reads_the_silver_scores(tiny_model: Path, loss: st
         assert abs(float(objective(features, scores)) - float(objective(features, 1 - scores))) > 1e-4
 
 
+@pytest.mark.slow
 def test_a_cross_encoder_fit_is_reproduced_by_its_seed(ray_session, tiny_model: Path, data_dir: Path, tmp_path: Path) -> None:
     """The new classification head is seeded too, so two fits with one seed make the same teacher (as the two
     runs of a seed made in parts by bench/reproduce.py --part need), and another seed another one."""

@@ -86,6 +86,7 @@ def tiny_spec(tiny_model: Path, tuning: str, epochs: int = EPOCHS) -> JobSpec:
     ])
 
 
+@pytest.mark.slow
 def test_only_the_best_goes_on_and_resumes_exactly(ray_session, tiny_model: Path, gold_files, tmp_path: Path) -> None:
     train, dev = gold_files
     # cull_at 0.3 of 20 steps = step 6, in the second epoch: resuming must restore the epoch's data order too
@@ -129,6 +130,7 @@ def test_only_the_best_goes_on_and_resumes_exactly(ray_session, tiny_model: Path
     assert not torch.equal(resumed["embeddings.word_embeddings.weight"], initial["embeddings.word_embeddings.weight"])
 
 
+@pytest.mark.slow
 def test_asha_stops_trials_at_the_cull_rung(ray_session, tiny_model: Path, gold_files, tmp_path: Path) -> None:
     train, dev = gold_files
     # One trial at a time, so that the order in which trials reach the rung is the plan order.
@@ -152,6 +154,7 @@ def test_asha_stops_trials_at_the_cull_rung(ray_session, tiny_model: Path, gold_
     assert outcome.chosen == max((t for t in outcome.trials if t.final_score is not None), key=lambda t: t.final_score).name
 
 
+@pytest.mark.slow
 def test_tune_command_searches_top_k_with_silver_made_once(
     ray_session, tiny_model: Path, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path, capsys
 ) -> None:
