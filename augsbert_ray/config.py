@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from augsbert_ray.layout import bi_encoder_name
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -325,11 +327,6 @@ class EvaluationSpec(_Strict):
 
 # Strategies whose candidates depend on sampling.top_k, so that tuning.top_k can vary it.
 TOP_K_STRATEGIES = frozenset({"bm25", "semantic", "bm25+semantic"})
-
-
-def bi_encoder_name(strategy: str) -> str:
-    """The model name a strategy's AugSBERT bi-encoder gets in models/ and metrics.json: augsbert_rs, augsbert_bm25, ..."""
-    return "augsbert_" + {"random": "rs", "semantic": "ss", "bm25+semantic": "bm25_ss"}.get(strategy, strategy)
 
 
 class TuningSpec(_Strict):

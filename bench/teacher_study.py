@@ -34,7 +34,7 @@ from augsbert_ray.evaluation import evaluate_on_ray
 from augsbert_ray.files import atomic_write_text
 from augsbert_ray.labeling import TEACHER_FILE, LabelJob, Teacher, TeacherMember, label_table
 from augsbert_ray.models import resolve_model
-from augsbert_ray.pipeline import PROGRESS_FILE, RunState, calibrate_teacher, read_gold, train_teacher, train_teacher_bi_encoder
+from augsbert_ray.stages import RunContext, calibrate_teacher, read_gold, train_teacher, train_teacher_bi_encoder
 from augsbert_ray.runtime import init_ray, log, setup_logging
 from augsbert_ray.sampling import SentencePool, candidate_table
 
@@ -80,22 +80,21 @@ def fit_and_score(
     spec = study_spec(task, seed, work, gpu, extra)
     run_dir = work / f"{task}-seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    progress = run_dir / PROGRESS_FILE
-    state = RunState(run_dir, finished_fits=json.loads(progress.read_text(encoding="utf-8")) if progress.exists() else {})
-    gold = read_gold(spec, state, data_dir)
-    gold_file = (str(run_dir / "gold" / "train.parquet"), "label")
+    ctx = RunContext.open(spec, run_dir)
+    read = read_gold(ctx, data_dir)
+    gold = read.splits
     models = run_dir / "models"
     # the bi-encoder first: its fit is the shorter, and its scores tell early whether mpnet beats SBERT
-    train_teacher_bi_encoder(spec, state, gold, gold_file)
+    train_teacher_bi_encoder(ctx, read)
     early = ray.get(evaluate_on_ray("bi_encoder", str(models / "teacher_bi_encoder"), spec.task, gold.dev, gold.test, 1, 0))
     log.info("%s seed %d: bi_mpnet dev %.2f test %.2f", task, seed, early.dev, early.test)
-    teacher = calibrate_teacher(spec, state, train_teacher(spec, state, gold, gold_file), gold)
+    teacher = calibrate_teacher(ctx, train_teacher(ctx, read)[0], gold)
     jobs = {"ce_mpnet": ("cross_encoder", str(models / "cross_encoder")), "bi_mpnet": ("bi_encoder", str(models / "teacher_bi_encoder")),
             "ensemble_mpnet": ("teacher", str(models / TEACHER_FILE))}
     refs = {name: evaluate_on_ray(kind, model, spec.task, gold.dev, gold.test, spec.evaluation.cpus, spec.evaluation.gpus)
             for name, (kind, model) in jobs.items()}
     scores = {name: {"dev": result.dev, "test": result.test} for name, result in ((n, ray.get(r)) for n, r in refs.items())}
-    fit_seconds = {name: record["wall_seconds"] for name, record in state.finished_fits.items()}
+    fit_seconds = {name: record["wall_seconds"] for name, record in ctx.ledger.finished.items()}
     cell = {
         "teachers": {
             "ce_minilm": reproduction_row(task, seed, "cross_encoder"),

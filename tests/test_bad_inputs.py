@@ -28,7 +28,8 @@ from augsbert_ray.auth import InsecureTokenError, check_token_file
 from augsbert_ray.cli import main, ray_failure
 from augsbert_ray.config import SpecError, load_spec
 from augsbert_ray.data import check_gold_usable, load_gold
-from augsbert_ray.pipeline import RunState, read_gold
+from augsbert_ray.pipeline import run_metrics
+from augsbert_ray.stages import RunContext, Silver, read_gold
 from augsbert_ray.report import write_report
 from augsbert_ray.runtime import check_gcs, connect_timeout
 
@@ -415,10 +416,10 @@ def repeating_gold(tmp_path: Path) -> dict:
 def test_repeated_and_overlapping_pairs_are_counted_removed_and_reported(tmp_path: Path) -> None:
     """Before: accepted without a word, and dev/test pairs also in train inflated the test metrics."""
     spec = load_spec(job_file(tmp_path, repeating_gold(tmp_path)), ["bi_encoder.batch_size=8", "cross_encoder.batch_size=8"])
-    state = RunState(tmp_path / "run")
-    state.run_dir.mkdir()
-    gold = read_gold(spec, state, None)
-    counts = state.counts
+    (tmp_path / "run").mkdir()
+    ctx = RunContext.open(spec, tmp_path / "run")
+    read = read_gold(ctx, None)
+    gold, counts = read.splits, read.counts
     assert counts["gold_duplicates"] == {"train": 5, "dev": 1, "test": 0}
     assert counts["gold_label_conflicts"] == {"train": 2, "dev": 0, "test": 0}
     assert counts["gold_overlap"] == {"dev": 2, "test": 1} and counts["gold_overlap_dropped"] == 3
@@ -430,9 +431,9 @@ def test_repeated_and_overlapping_pairs_are_counted_removed_and_reported(tmp_pat
     labels = dict(zip(gold.train.column("sentence1").to_pylist(), gold.train.column("label").to_pylist()))
     assert (labels["t2 one"], labels["t4 one"]) == (0.05, 0.1)  # the first row of a repeated pair, not its later label
     assert not {"t4 two", "t5 one", "t6 one", "t7 one"} & labels.keys()  # a swapped repeat; pairs dev or test has
-    assert pq.read_table(state.run_dir / "gold" / "train.parquet").num_rows == 27
-    write_report(spec, state.metrics(spec), state.run_dir / "report.md")
-    report = (state.run_dir / "report.md").read_text()
+    assert pq.read_table(tmp_path / "run" / "gold" / "train.parquet").num_rows == 27
+    write_report(spec, run_metrics(ctx, counts, [], Silver({}), {}, {}, {}, {}), tmp_path / "run" / "report.md")
+    report = (tmp_path / "run" / "report.md").read_text()
     assert ("- gold rows read 76 = accepted 76 + rejected 0 (rejects in rejects.jsonl)\n"
             "- gold pairs repeated within a split (either order), removed with the first kept: train 5, dev 1, test 0; "
             "of these with another label: train 2, dev 0, test 0\n"

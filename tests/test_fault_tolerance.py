@@ -17,7 +17,8 @@ import pytest
 
 from augsbert_ray.config import BiEncoderSpec, DataSpec, TrainingSpec
 from augsbert_ray.data import load_gold
-from augsbert_ray.pipeline import remove_unfinished_fit
+from augsbert_ray.layout import RunLayout
+from augsbert_ray.stages import remove_unfinished_fit
 from augsbert_ray.training import fit_bi_encoder
 
 
@@ -168,7 +169,7 @@ def test_an_unfinished_fit_keeps_its_training_state_only_when_checkpointed(tmp_p
         run_dir = tmp_path / str(keep)
         for leftover in ("ray_train/augsbert_kde/checkpoint_1", "models/augsbert_kde", "ray_tune/sbert-s42", "ray_train/sbert"):
             (run_dir / leftover).mkdir(parents=True)
-        remove_unfinished_fit(run_dir, "augsbert_kde", keep_training_state=keep)
+        remove_unfinished_fit(RunLayout(run_dir), "augsbert_kde", keep_training_state=keep)
         assert (run_dir / "ray_train/augsbert_kde/checkpoint_1").is_dir() == keep
         assert not (run_dir / "models/augsbert_kde").exists()
         assert (run_dir / "ray_tune/sbert-s42").is_dir() and (run_dir / "ray_train/sbert").is_dir()  # other fits'

@@ -14,7 +14,8 @@ import yaml
 from augsbert_ray.cli import main
 from augsbert_ray.config import JobSpec, LabelingSpec, SpecError, dump_spec
 from augsbert_ray.labeling import LabelJob, Teacher, label_files
-from augsbert_ray.pipeline import PROGRESS_FILE, load_run_spec, resumed_state
+from augsbert_ray.layout import PROGRESS_FILE
+from augsbert_ray.pipeline import load_run_spec, resume_run
 from augsbert_ray.resume import run_fingerprint, write_fingerprint
 
 
@@ -51,24 +52,24 @@ def test_resume_refuses_changed_data_but_not_a_moved_data_dir(tmp_path: Path, da
     run_dir = started_run(tmp_path, copy, JobSpec())
     moved = tmp_path / "elsewhere"
     shutil.move(copy, moved)
-    assert resumed_state(load_run_spec(run_dir), run_dir, moved, force=False).run_dir == run_dir.resolve()
+    assert resume_run(load_run_spec(run_dir), run_dir, moved, force=False).layout.root == run_dir.resolve()
 
     with (moved / "stsb" / "sts-dev.csv").open("a", encoding="utf-8") as handle:
         handle.write("main-captions\tMSRvid\t2012test\t9999\t5.000\tA man plays.\tA man plays.\n")
     with pytest.raises(SpecError, match=r"files\.data\.dev \('[0-9a-f]{16}' -> '[0-9a-f]{16}'\)"):
-        resumed_state(load_run_spec(run_dir), run_dir, moved, force=False)
+        resume_run(load_run_spec(run_dir), run_dir, moved, force=False)
 
 
 def test_force_resume_keeps_only_the_fits_a_change_does_not_touch(tmp_path: Path, data_dir: Path) -> None:
     run_dir = started_run(tmp_path, data_dir, JobSpec(), ("cross_encoder", "sbert", "augsbert_bm25"))
     (run_dir / "silver" / "bm25").mkdir(parents=True)
     edit_spec(run_dir, "bi_encoder", "learning_rate", 1e-4)
-    state = resumed_state(load_run_spec(run_dir), run_dir, data_dir, force=True)
-    assert list(state.finished_fits) == ["cross_encoder"]  # SBERT and AugSBERT read bi_encoder; the teacher does not
+    ctx = resume_run(load_run_spec(run_dir), run_dir, data_dir, force=True)
+    assert list(ctx.ledger.finished) == ["cross_encoder"]  # SBERT and AugSBERT read bi_encoder; the teacher does not
     assert not (run_dir / "silver").exists() and not (run_dir / "models" / "sbert").exists()
     assert list(json.loads((run_dir / PROGRESS_FILE).read_text())) == ["cross_encoder"]
     # the fingerprint now records the edit: a plain resume goes on from here
-    assert resumed_state(load_run_spec(run_dir), run_dir, data_dir, force=False).finished_fits.keys() == {"cross_encoder"}
+    assert resume_run(load_run_spec(run_dir), run_dir, data_dir, force=False).ledger.finished.keys() == {"cross_encoder"}
 
 
 def test_a_moved_run_directory_resumes_its_labeling(ray_session, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path) -> None:

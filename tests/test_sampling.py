@@ -74,7 +74,7 @@ def test_semantic_candidate_invariants(ray_session, gold, tiny_model, strategy: 
 
 
 def test_random_pools_are_sized_by_bm25_whether_or_not_it_runs(gold) -> None:
-    from augsbert_ray.pipeline import random_pool_sizes
+    from augsbert_ray.stages import random_pool_sizes
 
     pool = SentencePool.from_pairs(gold.train)
     excluded = pool.gold_codes([gold.train, gold.dev, gold.test])

@@ -16,7 +16,7 @@ from augsbert_ray.config import JobSpec, LabelingSpec, SpecError
 from augsbert_ray.data import GoldData
 from augsbert_ray.labeling import LabelJob, Teacher, TeacherMember, label_files
 from augsbert_ray.models import resolve_model
-from augsbert_ray.pipeline import RunState, check_teacher
+from augsbert_ray.stages import RunContext, check_teacher
 
 
 @pytest.fixture(scope="session")
@@ -121,37 +121,36 @@ def test_an_ensemble_labeling_job_resumes_and_refuses_another_calibration(
         label_files(str(tmp_path / "pairs.parquet"), output, LabelJob(other, spec))
 
 
-def gate_setup(tmp_path: Path, data_dir: Path, require: bool) -> tuple[JobSpec, RunState, GoldData]:
+def gate_setup(tmp_path: Path, data_dir: Path, require: bool) -> tuple[RunContext, GoldData]:
     spec = JobSpec(labeling={"require_better_teacher": require})
     dev = stsb_table(data_dir, "dev", 200)
-    state = RunState(tmp_path)
     (tmp_path / "models").mkdir()
-    return spec, state, GoldData("regression", dev, dev, dev, dev.num_rows)
+    return RunContext.open(spec, tmp_path), GoldData("regression", dev, dev, dev, dev.num_rows)
 
 
 @pytest.mark.parametrize("require", [False, True])
 def test_gate_warns_or_stops_when_the_teacher_is_not_better(
     require: bool, tiny_bi_encoder: Path, ray_session, data_dir: Path, tmp_path: Path, caplog
 ) -> None:
-    spec, state, gold = gate_setup(tmp_path, data_dir, require)
+    ctx, gold = gate_setup(tmp_path, data_dir, require)
     teacher = Teacher((TeacherMember("bi_encoder", str(tiny_bi_encoder)),))  # the student itself: never better
     if require:
         with pytest.raises(SpecError, match=r"teacher gate: teacher \(bi-encoder\) dev (-?\d+\.\d\d) vs tiny_bi_encoder\d* "
                                             r"\(gold only\) dev \1: NOT better by \+0\.00.*require_better_teacher"):
-            check_teacher(spec, state, teacher, gold, tiny_bi_encoder, gold.dev)
+            check_teacher(ctx, teacher, gold, tiny_bi_encoder, gold.dev)
         return
-    check_teacher(spec, state, teacher, gold, tiny_bi_encoder, gold.dev)
+    gate = check_teacher(ctx, teacher, gold, tiny_bi_encoder, gold.dev).record
     (warning,) = [record for record in caplog.records if record.levelname == "WARNING" and "teacher gate" in record.message]
     assert "NOT better by +0.00" in warning.message and "unlikely to help" in warning.message
-    assert state.teacher["better"] is False and state.teacher["teacher_dev"] == state.teacher["student_dev"]
-    assert Teacher.load(tmp_path / "models" / "teacher.json").labeler == state.teacher["labeler"]
+    assert gate["better"] is False and gate["teacher_dev"] == gate["student_dev"]
+    assert Teacher.load(tmp_path / "models" / "teacher.json").labeler == gate["labeler"]
 
 
 def test_gate_passes_a_better_teacher(tiny_bi_encoder: Path, ray_session, data_dir: Path, tmp_path: Path, caplog) -> None:
-    spec, state, gold = gate_setup(tmp_path, data_dir, require=True)
+    ctx, gold = gate_setup(tmp_path, data_dir, require=True)
     teacher = Teacher((TeacherMember("bi_encoder", resolve_model("minilm")),))  # MiniLM against a random tiny BERT
-    check_teacher(spec, state, teacher, gold, tiny_bi_encoder, gold.dev)
-    assert state.teacher["better"] is True and state.teacher["teacher_dev"] > state.teacher["student_dev"] + 20
+    gate = check_teacher(ctx, teacher, gold, tiny_bi_encoder, gold.dev).record
+    assert gate["better"] is True and gate["teacher_dev"] > gate["student_dev"] + 20
     assert not [record for record in caplog.records if record.levelname == "WARNING"]
 
 

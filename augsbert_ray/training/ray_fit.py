@@ -18,10 +18,9 @@ from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, Sc
 from ray.train.torch import TorchTrainer
 
 from augsbert_ray.config import EncoderSpec, TrainingSpec
+from augsbert_ray.layout import TrainFile
 from augsbert_ray.runtime import configure_torch_threads, log
 
-# (parquet file, column that holds the training target)
-TrainFile = tuple[str, str]
 
 
 def read_training_pairs(files: list[TrainFile]) -> pa.Table:

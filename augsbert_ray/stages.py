@@ -1,0 +1,522 @@
+"""The stages a run is composed of, and the typed values they return.
+
+gold (``Gold``) -> teacher (``Teacher``, with its ``Fit`` records) -> SBERT (``Fit``) -> teacher gate
+(``CheckedTeacher``) -> candidates and silver labels (``Silver`` of ``SilverSet``) -> AugSBERT bi-encoders (``Fit``)
+-> evaluation (``Evaluation`` per model). Each stage reads what it needs from its arguments and returns what it made;
+`augsbert_ray.pipeline` composes them into the in-domain and transfer runs, `augsbert_ray.tune_job` into a search.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import ray
+import ray.data
+from ray.data.expressions import col
+
+from augsbert_ray.config import TOP_K_STRATEGIES, BiEncoderSpec, DataSpec, JobSpec, SamplingSpec, SpecError
+from augsbert_ray.data import GoldData, check_gold_usable, check_reject_fractions, load_gold, read_sentences, write_rejects
+from augsbert_ray.evaluation import Evaluation, dev_metric, evaluate_on_ray, score_pairs_on_ray
+from augsbert_ray.files import atomic_write_text
+from augsbert_ray.labeling import TEACHER_FILE, LabelJob, Teacher, TeacherMember, label_table
+from augsbert_ray.layout import PROGRESS_FILE, RunLayout, TrainFile, bi_encoder_name, silver_files
+from augsbert_ray.models import resolve_model
+from augsbert_ray.runtime import log
+from augsbert_ray.sampling import Neighbours, SentencePool, available_pairs, candidate_table, given_pairs, sample_bm25
+from augsbert_ray.selection import score_histogram, select, silver_diagnostics
+from augsbert_ray.training import fit_bi_encoder, fit_cross_encoder
+from augsbert_ray.tuning.search import Outcome
+from augsbert_ray.tuning.stage import SilverByK, searched_fit
+
+# BM25 runs first: random sampling and the KDE pool are sized from its candidate count.
+STRATEGY_ORDER = ("bm25", "random", "kde", "semantic", "bm25+semantic")
+
+
+@dataclass
+class FitLedger:
+    """The fits a run has finished (progress.json), so that a resumed run reuses them instead of fitting again."""
+
+    layout: RunLayout
+    finished: dict[str, dict[str, Any]] = field(default_factory=dict)  # model name -> record, as in progress.json
+    reused: dict[str, float] = field(default_factory=dict)  # fits an earlier attempt made -> the seconds they took then
+
+    @classmethod
+    def read(cls, layout: RunLayout) -> FitLedger:
+        finished = json.loads(layout.progress.read_text(encoding="utf-8")) if layout.progress.exists() else {}
+        return cls(layout, finished)
+
+    def write(self) -> None:
+        atomic_write_text(self.layout.progress, json.dumps(self.finished, indent=1))
+
+    def fit_once(self, name: str, keep_training_state: bool, fit: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """Fit models/<name>, or reuse it when an earlier attempt at this run finished it."""
+        record = self.finished.get(name)
+        if record is not None and self.layout.model(name).is_dir():
+            log.info("resume: reusing models/%s, fitted by an earlier attempt in %.0fs", name, record["wall_seconds"])
+            self.reused[name] = record["wall_seconds"]
+            return record
+        remove_unfinished_fit(self.layout, name, keep_training_state)
+        started = time.perf_counter()
+        record = {**fit(), "wall_seconds": round(time.perf_counter() - started, 2)}
+        self.finished[name] = record
+        self.write()
+        return record
+
+
+def remove_unfinished_fit(layout: RunLayout, name: str, keep_training_state: bool) -> None:
+    """Clear what an unfinished fit left. Ray Train restores the earlier attempt's checkpoints, found by run
+    name: kept when ``keep_training_state`` (training.checkpoint_every), so the fit goes on from its last
+    training state, else removed so that it starts over. A search always starts over: Ray Tune would mix its
+    trials with the earlier ones."""
+    tune_dir = layout.ray_tune
+    leftovers = [layout.model(name), *tune_dir.glob(f"{name}-*"), *(tune_dir / "ray_train").glob(f"{name}-*"),
+                 *(tune_dir / "stop").glob(f"{name}-*"), *([] if keep_training_state else [layout.ray_train / name])]
+    for path in leftovers:
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What every stage of one run shares: its spec, its directory and the record of its finished fits."""
+
+    spec: JobSpec
+    layout: RunLayout
+    ledger: FitLedger
+
+    @classmethod
+    def open(cls, spec: JobSpec, run_dir: Path) -> RunContext:
+        """The context of a run directory, with the fits its progress.json records."""
+        layout = RunLayout(run_dir)
+        return cls(spec, layout, FitLedger.read(layout))
+
+    def fit_once(self, name: str, fit: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        return self.ledger.fit_once(name, self.spec.training.checkpoint_every is not None, fit)
+
+
+class StageClock:
+    """Numbers the stages in the log and times each into ``seconds`` (metrics.json ``wall_seconds``)."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.number, self.started = total, 0, time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        self.number += 1
+        log.info("[stage %d/%d] %s ...", self.number, self.total, name)
+        start = time.perf_counter()
+        yield
+        self.seconds[name] = round(time.perf_counter() - start, 2)
+        log.info("[stage %d/%d] %s done in %.1fs", self.number, self.total, name, self.seconds[name])
+
+    def with_total(self) -> dict[str, float]:
+        return {**self.seconds, "total": round(time.perf_counter() - self.started, 2)}
+
+
+# -- gold ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gold:
+    """Gold (or source, or target) splits as read, with their counts for metrics.json and the train file fits read."""
+
+    splits: GoldData
+    counts: dict[str, Any]
+    train_file: TrainFile
+
+
+def read_gold(ctx: RunContext, data_dir: str | Path | None) -> Gold:
+    """The gold (in-domain) or source (transfer) pairs, into gold/ with rejects.jsonl and counts."""
+    gold = read_splits(ctx, ctx.spec.data, data_dir, "gold", "")
+    check_gold_usable(gold.splits, ctx.spec)
+    return gold
+
+
+def read_target(ctx: RunContext, data_dir: str | Path | None) -> Gold:
+    """The transfer target's splits, into target/ with target_rejects.jsonl and target_* counts."""
+    assert ctx.spec.target is not None
+    target = read_splits(ctx, ctx.spec.target.data, data_dir, "target", "target_")
+    check_gold_usable(target.splits, ctx.spec, target=True)
+    return target
+
+
+def read_splits(ctx: RunContext, data: DataSpec, data_dir: str | Path | None, folder: str, prefix: str) -> Gold:
+    gold = load_gold(data, ctx.spec.seed, data_dir)
+    rejects_path = ctx.layout.rejects(prefix)
+    write_rejects(gold.rejects, rejects_path)
+    counts = {
+        f"{prefix}rows_read": gold.rows_read,
+        f"{prefix}rejected": len(gold.rejects),
+        f"{prefix}accepted": gold.rows_read - len(gold.rejects),
+        f"{prefix or 'gold_'}train_before_limit": gold.train_before_limit,
+        f"{prefix or 'gold_'}train": gold.train.num_rows,
+        f"{prefix or 'gold_'}dev": gold.dev.num_rows,
+        f"{prefix or 'gold_'}test": gold.test.num_rows,
+        **gold.cleaning_counts(prefix or "gold_"),
+    }
+    check_reject_fractions(gold, data.max_reject_fraction, rejects_path, folder)
+    ctx.layout.split(folder, "train").parent.mkdir(exist_ok=True)
+    for split in ("train", "dev", "test"):
+        pq.write_table(gold.split(split), ctx.layout.split(folder, split))
+    return Gold(gold, counts, ctx.layout.train_file(folder))
+
+
+def train_labels(gold: GoldData) -> np.ndarray:
+    return gold.train.column("label").to_numpy().astype(np.float64)
+
+
+# -- fits ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A model the run fitted (or reused, or copied): where it is, the pairs it learned from, and its search."""
+
+    name: str
+    model_dir: Path
+    trained_on: int | None
+    tuning: Outcome | None = None
+
+
+def copy_trained_model(trained: Path, model_dir: Path, name: str) -> dict[str, Any]:
+    """A teacher model given as already trained is copied, so the run directory stays whole. When it comes from
+    an earlier run, that run's progress.json says what it was trained on."""
+    log.info("%s: copying the trained model at %s, no fit", name, trained)
+    shutil.copytree(trained, model_dir)
+    source_progress = trained.resolve().parent.parent / PROGRESS_FILE
+    fits = json.loads(source_progress.read_text(encoding="utf-8")) if source_progress.is_file() else {}
+    return {"trained_on": fits.get(name, {}).get("trained_on")}
+
+
+def train_cross_encoder(ctx: RunContext, gold: Gold) -> Fit:
+    spec, name = ctx.spec, "cross_encoder"
+    model_dir = ctx.layout.model(name)
+
+    def fit() -> dict[str, Any]:
+        if spec.cross_encoder.trained:
+            return copy_trained_model(Path(spec.cross_encoder.trained).expanduser(), model_dir, name)
+        fit_cross_encoder(spec.cross_encoder, resolve_model(spec.cross_encoder.model), [gold.train_file], spec.training,
+                          spec.seed, ctx.layout.ray_train, model_dir)
+        return {"trained_on": gold.splits.train.num_rows * (2 if spec.cross_encoder.both_orders else 1)}
+
+    return Fit(name, model_dir, ctx.fit_once(name, fit)["trained_on"])
+
+
+def train_teacher_bi_encoder(ctx: RunContext, gold: Gold) -> Fit:
+    """The bi-encoder teacher (teacher.bi_encoder, by default mpnet) fine-tuned on gold, into models/teacher_bi_encoder."""
+    name, settings = "teacher_bi_encoder", ctx.spec.teacher.bi_encoder
+    model_dir = ctx.layout.model(name)
+
+    def fit() -> dict[str, Any]:
+        if settings.trained:
+            return copy_trained_model(Path(settings.trained).expanduser(), model_dir, name)
+        fit_settings = BiEncoderSpec.model_validate(settings.model_dump(exclude={"trained"}))
+        metrics = fit_bi_encoder(fit_settings, resolve_model(settings.model), [gold.train_file], ctx.spec.training,
+                                 ctx.spec.seed, ctx.layout.ray_train, name, model_dir)
+        return {"trained_on": int(metrics["train_rows"])}
+
+    return Fit(name, model_dir, ctx.fit_once(name, fit)["trained_on"])
+
+
+def train_teacher(ctx: RunContext, gold: Gold) -> tuple[Teacher, list[Fit]]:
+    """The teacher's models fitted on the gold (in transfer: source) train split, each reused on resume: the
+    cross-encoder, the bi-encoder teacher, or both (ensemble). Their scores are not mapped yet (see check_teacher)."""
+    fitters = {"cross_encoder": train_cross_encoder, "bi_encoder": train_teacher_bi_encoder}
+    fits = {kind: fitters[kind](ctx, gold) for kind in ctx.spec.teacher.member_kinds}
+    return Teacher(tuple(TeacherMember(kind, str(fit.model_dir)) for kind, fit in fits.items())), list(fits.values())
+
+
+def teacher_stage(spec: JobSpec) -> str:
+    """The teacher's stage name in logs and wall_seconds: a cross-encoder's keeps the name it always had."""
+    return "train cross-encoder" if spec.teacher.kind == "cross-encoder" else f"train the {spec.teacher.kind} teacher"
+
+
+# A student's fit: plain, or a seed (and top-k) search whose chosen trial lands in models/<name>.
+StudentFitter = Callable[[RunContext, str, list[TrainFile]], dict[str, Any]]
+
+
+def plain_fit(ctx: RunContext, name: str, files: list[TrainFile]) -> dict[str, Any]:
+    spec = ctx.spec
+    metrics = fit_bi_encoder(spec.bi_encoder, resolve_model(spec.bi_encoder.model), files, spec.training, spec.seed,
+                             ctx.layout.ray_train, name, ctx.layout.model(name))
+    return {"trained_on": int(metrics["train_rows"])}  # after selection's `accepted` filter
+
+
+def student_fitter(spec: JobSpec, name: str, silver_by_k: SilverByK | None = None) -> StudentFitter:
+    """The fit a bi-encoder gets: a search when the spec tunes it (tuning.models), else a plain fit."""
+    if name not in spec.tuned_models():
+        return plain_fit
+    search = searched_fit(silver_by_k or {})
+    return lambda ctx, model, files: search(ctx.spec, ctx.layout, model, files)
+
+
+def train_bi_encoder(ctx: RunContext, name: str, files: list[TrainFile], fitter: StudentFitter) -> Fit:
+    record = ctx.fit_once(name, lambda: fitter(ctx, name, files))
+    tuning = Outcome.from_state(record["tuning"]) if "tuning" in record else None
+    return Fit(name, ctx.layout.model(name), record["trained_on"], tuning)
+
+
+# -- teacher gate -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckedTeacher:
+    """The teacher mapped onto the gold scale, and the gate's record (metrics.json ``teacher``)."""
+
+    teacher: Teacher
+    record: dict[str, Any]
+
+
+def score_members(spec: JobSpec, teacher: Teacher, table: pa.Table) -> list[np.ndarray]:
+    """Each teacher model's raw scores of a table's pairs, one Ray task per model."""
+    refs = [score_pairs_on_ray(m.kind, m.model, table, spec.evaluation.cpus, spec.evaluation.gpus) for m in teacher.members]
+    return [np.asarray(scores) for scores in ray.get(refs)]
+
+
+def calibrate_teacher(
+    ctx: RunContext, teacher: Teacher, calibration: GoldData, scored: tuple[pa.Table, list[np.ndarray]] | None = None
+) -> Teacher:
+    """A bi-encoder or ensemble teacher's models mapped onto the gold scale, fitted on ``calibration``'s
+    teacher.calibration split (``scored``: a split whose member scores are known); saved as models/teacher.json."""
+    if teacher.kind != "cross-encoder":
+        split = calibration.split(ctx.spec.teacher.calibration)
+        scores = scored[1] if scored is not None and scored[0] is split else score_members(ctx.spec, teacher, split)
+        teacher = teacher.calibrated(scores, split.column("label").to_numpy())
+    teacher.save(ctx.layout.models)
+    return teacher
+
+
+def check_teacher(ctx: RunContext, teacher: Teacher, calibration: GoldData, student_dir: Path, dev: pa.Table) -> CheckedTeacher:
+    """The teacher gate, before any labeling: calibrates the teacher (calibrate_teacher), then scores it and the
+    gold-only student on ``dev``. A teacher that is not better warns, or with
+    labeling.require_better_teacher stops the run: its silver labels would teach the student nothing it lacks."""
+    spec = ctx.spec
+    dev_labels = dev.column("label").to_numpy().astype(np.float64)
+    student_ref = score_pairs_on_ray("bi_encoder", str(student_dir), dev, spec.evaluation.cpus, spec.evaluation.gpus)
+    dev_scores = score_members(spec, teacher, dev)
+    teacher = calibrate_teacher(ctx, teacher, calibration, scored=(dev, dev_scores))
+    teacher_dev = dev_metric(spec.evaluation_task, teacher.combine(dev_scores), dev_labels)
+    student_dev = dev_metric(spec.evaluation_task, np.asarray(ray.get(student_ref)), dev_labels)
+    record = {
+        "kind": teacher.kind, "labeler": teacher.labeler, "teacher_dev": round(teacher_dev, 4),
+        "student": student_dir.name, "student_dev": round(student_dev, 4), "better": teacher_dev > student_dev,
+        "members": [{"kind": m.kind, "model": Path(m.model).name, "scale": m.scale, "shift": m.shift} for m in teacher.members],
+    }
+    verdict = (f"teacher ({teacher.kind}) dev {teacher_dev:.2f} vs {student_dir.name} (gold only) dev {student_dev:.2f}: "
+               f"{'better' if teacher_dev > student_dev else 'NOT better'} by {teacher_dev - student_dev:+.2f}")
+    if teacher_dev > student_dev:
+        log.info("teacher gate: %s", verdict)
+    elif spec.labeling.require_better_teacher:
+        raise SpecError(f"teacher gate: {verdict}; silver labels from it would not help (labeling.require_better_teacher)")
+    else:
+        log.warning("teacher gate: %s; its silver labels are unlikely to help (a stronger teacher: teacher.kind, cross_encoder.model)", verdict)
+    return CheckedTeacher(teacher, record)
+
+
+# -- candidates and silver ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CandidateSource:
+    """What candidates are drawn from: a sentence pool, the pairs that must never be candidates, and the
+    gold labels that KDE selection and the diagnostics compare the silver scores with."""
+
+    pool: SentencePool
+    excluded: np.ndarray
+    gold_labels: np.ndarray
+
+    @classmethod
+    def in_domain(cls, gold: GoldData) -> CandidateSource:
+        """Gold-train sentences recombined; no gold pair (train, dev or test) is a candidate."""
+        pool = SentencePool.from_pairs(gold.train)
+        return cls(pool, pool.gold_codes([gold.train, gold.dev, gold.test]), train_labels(gold))
+
+    @classmethod
+    def target(cls, spec: JobSpec, target: GoldData, source: GoldData) -> CandidateSource:
+        """Target sentences (target.sentences, else the target's train pairs) to recombine; dev and test pairs
+        are never candidates. Diagnostics compare with the target's gold labels when it has them."""
+        assert spec.target is not None
+        if spec.target.sentences is not None:
+            pool = SentencePool(read_sentences(spec.target.sentences, "target.sentences"))
+        else:
+            pool = SentencePool.from_pairs(target.train)
+        return cls(pool, pool.gold_codes([target.dev, target.test]), transfer_reference_labels(target, source))
+
+
+def transfer_reference_labels(target: GoldData, source: GoldData) -> np.ndarray:
+    """The gold labels silver scores are compared with in transfer: the target's, else the source's."""
+    return train_labels(target) if target.train.num_rows else train_labels(source)
+
+
+@dataclass(frozen=True)
+class SilverSet:
+    """One strategy's silver pairs: the training files' directory (for KDE, the selected set), how many candidates
+    were labeled, and the kept scores' histogram and diagnostics."""
+
+    strategy: str
+    directory: Path
+    candidates: int
+    labeled: int
+    histogram: np.ndarray
+    diagnostics: dict[str, float | int]
+
+    @property
+    def kept(self) -> int:
+        return int(self.diagnostics["kept"])
+
+    def train_files(self) -> list[TrainFile]:
+        return silver_files(self.directory)
+
+
+@dataclass(frozen=True)
+class Silver:
+    """Every strategy's silver set, the size of the sentence pool they were drawn from, and (transfer) the
+    counts of the target pairs used as given."""
+
+    sets: dict[str, SilverSet]
+    sentences: int | None = None
+    given_pairs: dict[str, int] | None = None
+
+    def counts(self) -> dict[str, Any]:
+        """metrics.json ``counts`` entries: sentences, candidates, labeled and kept per strategy, given_pairs."""
+        return {
+            **({"sentences": self.sentences} if self.sentences is not None else {}),
+            "candidates": {s: silver.candidates for s, silver in self.sets.items()},
+            "labeled": {s: silver.labeled for s, silver in self.sets.items()},
+            "kept": {s: silver.kept for s, silver in self.sets.items()},
+            **({"given_pairs": self.given_pairs} if self.given_pairs is not None else {}),
+        }
+
+    def histograms(self) -> dict[str, np.ndarray]:
+        return {strategy: silver.histogram for strategy, silver in self.sets.items()}
+
+
+def random_pool_sizes(sampling: SamplingSpec, pool: SentencePool, excluded: np.ndarray, bm25_count: int | None) -> dict[str, int]:
+    """Pairs drawn by random sampling and for the KDE pool: as requested, else as many as BM25 makes (and 10x that
+    for KDE), capped by the pool. BM25 is counted even when it is not a strategy of the run (bm25_count None), so
+    that a run of some strategies draws the pools that a run of all of them draws."""
+    available = available_pairs(pool, excluded)
+    n_random = sampling.random_pairs
+    if n_random is None:
+        if bm25_count is None:
+            bm25_count = len(sample_bm25(pool, sampling.top_k, excluded, sampling.bm25_shard_size, sampling.search_cpus)[0])
+        n_random = min(bm25_count, available)
+    return {"random": n_random, "kde": sampling.kde_pool or min(10 * n_random, available)}
+
+
+def label_candidates(spec: JobSpec, layout: RunLayout, strategy: str, candidates: pa.Table, teacher: Teacher) -> tuple[Path, int]:
+    """Label one strategy's candidates on the actor pool into silver/<strategy>/ (streaming, resumable): the
+    directory and the pairs labeled."""
+    labeled_dir = layout.labeled(strategy)
+    job = LabelJob(teacher, spec.labeling, strategy=strategy)
+    log.info("labeling %d %s candidates with %s", candidates.num_rows, strategy, job.labeler)
+    return labeled_dir, label_table(candidates, layout.candidates(strategy), labeled_dir, job).labeled
+
+
+def make_silver(spec: JobSpec, layout: RunLayout, source: CandidateSource, teacher: Teacher, sbert_dir: Path) -> Silver:
+    """Per strategy: sample candidates, label them on the actor pool into silver/<strategy>/ (streaming),
+    select (KDE), and measure the kept score distribution."""
+    pool, excluded, gold_labels = source.pool, source.excluded, source.gold_labels
+    semantic_model = str(sbert_dir) if spec.sampling.semantic_model == "gold" else resolve_model(spec.sampling.semantic_model)
+    sets: dict[str, SilverSet] = {}
+    random_sizes: dict[str, int] = {}
+    found: dict[str, Neighbours] = {}  # searched once: bm25+semantic unites the bm25 and semantic neighbours
+    for strategy in sorted(spec.sampling.strategies, key=STRATEGY_ORDER.index):
+        if strategy in ("random", "kde") and not random_sizes:
+            bm25_count = len(found["bm25"][0]) if "bm25" in found else None
+            random_sizes = random_pool_sizes(spec.sampling, pool, excluded, bm25_count)
+        candidates = candidate_table(
+            strategy, pool, excluded, spec.sampling, spec.seed,
+            n_random=random_sizes.get(strategy, 0), semantic_model=semantic_model, resources=spec.labeling, found=found,
+        )
+        silver_dir, labeled = label_candidates(spec, layout, strategy, candidates, teacher)
+        kept = ray.data.read_parquet(str(silver_dir))
+        if strategy == "kde":
+            silver_dir = layout.selected(strategy)
+            shutil.rmtree(silver_dir, ignore_errors=True)  # a resumed run selects again
+            selected, _ = select(kept, gold_labels, spec.task, spec.seed, spec.sampling.kde_mode, spec.sampling.kde_bins)
+            selected.write_parquet(str(silver_dir))
+            kept = ray.data.read_parquet(str(silver_dir)).filter(expr=col("accepted"))
+        histogram = score_histogram(kept, spec.sampling.kde_bins)
+        diagnostics = silver_diagnostics(gold_labels, candidates.num_rows, histogram)
+        sets[strategy] = SilverSet(strategy, silver_dir, candidates.num_rows, labeled, histogram, diagnostics)
+    return Silver(sets, sentences=len(pool))
+
+
+def given_target_pairs(spec: JobSpec, layout: RunLayout, target: GoldData, teacher: Teacher) -> Silver:
+    """The target's train pairs as given, labels dropped: de-duplicated, and never a dev or test pair."""
+    candidates, counts = given_pairs(target.train, [target.dev, target.test])
+    silver_dir, labeled = label_candidates(spec, layout, "given", candidates, teacher)
+    histogram = score_histogram(ray.data.read_parquet(str(silver_dir)), spec.sampling.kde_bins)
+    reference = train_labels(target)  # the target's gold labels, for the diagnostics only
+    diagnostics = silver_diagnostics(reference, candidates.num_rows, histogram)
+    return Silver({"given": SilverSet("given", silver_dir, candidates.num_rows, labeled, histogram, diagnostics)}, given_pairs=counts)
+
+
+def silver_by_top_k(ctx: RunContext, gold: GoldData, teacher: Teacher, sbert_dir: Path, made: Silver) -> dict[int, Silver]:
+    """Candidates and silver labels for each tuning.top_k value, made once here and shared by every seed's
+    trial. The spec's own sampling.top_k reuses the silver already ``made``."""
+    spec = ctx.spec
+    strategies = [s for s in spec.sampling.strategies if s in TOP_K_STRATEGIES and bi_encoder_name(s) in spec.tuned_models()]
+    if spec.tuning is None or not spec.tuning.top_k or not strategies:
+        return {}
+    by_k: dict[int, Silver] = {}
+    for k in spec.tuning.top_k:
+        if k == spec.sampling.top_k and all(strategy in made.sets for strategy in strategies):
+            by_k[k] = Silver({strategy: made.sets[strategy] for strategy in strategies})
+            continue
+        layout = ctx.layout.tuning_silver(k)
+        layout.root.mkdir(parents=True, exist_ok=True)
+        log.info("tuning: silver for top_k=%d (%s)", k, ", ".join(strategies))
+        by_k[k] = make_silver(with_sampling(spec, top_k=k, strategies=strategies), layout, CandidateSource.in_domain(gold),
+                              teacher, sbert_dir)
+    return by_k
+
+
+def silver_dirs_by_k(by_k: dict[int, Silver]) -> SilverByK:
+    """The silver directories each top_k's trials train on (see tuning.stage)."""
+    return {k: {strategy: silver.directory for strategy, silver in sets.sets.items()} for k, sets in by_k.items()}
+
+
+def tuning_silver_counts(by_k: dict[int, Silver], made: Silver) -> dict[str, Any]:
+    """metrics.json ``counts.tuning_silver``: candidates and labeled pairs of each top_k made for the search alone
+    (not the run's own silver, ``made``)."""
+    return {f"top_k={k}": {key: silver.counts()[key] for key in ("candidates", "labeled")}
+            for k, silver in by_k.items() if any(made.sets.get(name) is not s for name, s in silver.sets.items())}
+
+
+def with_sampling(spec: JobSpec, **changes: Any) -> JobSpec:
+    return spec.model_copy(update={"sampling": spec.sampling.model_copy(update=changes)})
+
+
+# -- evaluation ---------------------------------------------------------------------------------------------------
+
+
+def evaluate_models(ctx: RunContext, teacher: Teacher, bi_encoders: list[str], eval_set: GoldData) -> dict[str, Evaluation]:
+    """Every model on the dev and test split, each evaluation a Ray task: the teacher's models (and an ensemble
+    teacher itself), the bi-encoders in models/, the untrained zero-shot bi-encoder and the Jaccard baseline."""
+    spec = ctx.spec
+    jobs = {Path(m.model).name: (m.kind, m.model) for m in teacher.members}
+    if len(teacher.members) > 1:
+        jobs["teacher"] = ("teacher", str(ctx.layout.models / TEACHER_FILE))
+    jobs.update({name: ("bi_encoder", str(ctx.layout.model(name))) for name in bi_encoders})
+    jobs["zero_shot"] = ("bi_encoder", resolve_model(spec.evaluation.zero_shot_model))
+    jobs["jaccard"] = ("jaccard", None)
+    refs = {
+        name: evaluate_on_ray(kind, model, spec.evaluation_task, eval_set.dev, eval_set.test, spec.evaluation.cpus, spec.evaluation.gpus)
+        for name, (kind, model) in jobs.items()
+    }
+    return {name: ray.get(ref) for name, ref in refs.items()}
