@@ -102,10 +102,16 @@ def _fraction(text: str) -> float:
 
 
 def _label(args: argparse.Namespace) -> int:
+    try:
+        return _label_files(args)
+    except SpecError as exc:  # the labeling spec's fields, worded as this command's flags
+        raise SpecError(_with_flags(str(exc), prefix="labeling.")) from None
+
+
+def _label_files(args: argparse.Namespace) -> int:
     from augsbert_ray.config import LabelingSpec
     from augsbert_ray.data import read_sentences
-    from augsbert_ray.labeling import LabelJob, Teacher, label_files, label_table
-    from augsbert_ray.labeling.engine import check_model
+    from augsbert_ray.labeling import LabelJob, Teacher, label_dataset, label_files
     from augsbert_ray.models import resolve_model
     from augsbert_ray.runtime import init_ray
 
@@ -120,8 +126,6 @@ def _label(args: argparse.Namespace) -> int:
         raise _flag_errors(exc) from None
     teacher_file = Path(args.model)
     teacher = Teacher.load(teacher_file) if teacher_file.is_file() else Teacher.cross_encoder(resolve_model(args.model))
-    for member in teacher.members:
-        check_model(member.model)
     text_columns = tuple(args.text_columns.split(","))
     if len(text_columns) != 2 or not all(text_columns):
         raise SpecError(f"--text-columns expects two names, e.g. sentence1,sentence2; got {args.text_columns!r}")
@@ -130,10 +134,10 @@ def _label(args: argparse.Namespace) -> int:
     output = Path(args.output)
     if args.sentences:
         sentences = read_sentences(Path(args.sentences))
+        job = LabelJob(teacher, spec, strategy=args.strategy)
         check_output_dir(output, "--output")  # before Ray starts and the pairs are made
         init_ray(args.address)
-        job = LabelJob(teacher, spec, strategy=args.strategy)
-        result = label_table(_pair_sentences(sentences, args), output / "_candidates" / f"{args.strategy}.parquet", output, job)
+        result = label_dataset(_pair_sentences(sentences, args), output, job, output / "_candidates" / f"{args.strategy}.parquet")
     else:
         job = LabelJob(teacher, spec, text_columns=text_columns)
         result = label_files(args.input, output, job, fmt=args.format, address=args.address)
@@ -150,11 +154,21 @@ LABEL_FLAGS = {"min_actors": "--actors", "max_actors": "--actors"}
 BOUNDS = {"greater_than": (">", "gt"), "greater_than_equal": (">=", "ge"), "less_than": ("<", "lt"), "less_than_equal": ("<=", "le")}
 
 
-def _flag_errors(exc: ValidationError) -> SpecError:
-    """LabelingSpec's errors worded with the flags of `augsbert label`, on one line: --batch-size: must be > 0."""
+def _label_flags() -> dict[str, str]:
     from augsbert_ray.config import LabelingSpec
 
-    flags = {name: LABEL_FLAGS.get(name, "--" + name.replace("_", "-")) for name in LabelingSpec.model_fields}
+    return {name: LABEL_FLAGS.get(name, "--" + name.replace("_", "-")) for name in LabelingSpec.model_fields}
+
+
+def _with_flags(message: str, prefix: str = "") -> str:
+    """A message naming LabelingSpec fields (``prefix`` + field), worded with the flags of `augsbert label`."""
+    flags = _label_flags()
+    return re.sub(r"\b" + re.escape(prefix) + r"(" + "|".join(flags) + r")\b", lambda found: flags[found[1]], message)
+
+
+def _flag_errors(exc: ValidationError) -> SpecError:
+    """LabelingSpec's errors worded with the flags of `augsbert label`, on one line: --batch-size: must be > 0."""
+    flags = _label_flags()
     reasons = []
     for error in exc.errors():
         message = error["msg"].removeprefix("Value error, ")
@@ -164,7 +178,7 @@ def _flag_errors(exc: ValidationError) -> SpecError:
         if error["loc"]:
             reasons.append(f"{flags[str(error['loc'][0])]}: {message}")
         else:  # a check across fields names them in its message
-            reasons.append(re.sub(r"\b(" + "|".join(flags) + r")\b", lambda found: flags[found[1]], message))
+            reasons.append(_with_flags(message))
     return SpecError("; ".join(reasons))
 
 
@@ -225,11 +239,11 @@ def _evaluate(args: argparse.Namespace) -> int:
     from augsbert_ray.data import load_gold
     from augsbert_ray.evaluation import evaluate
     from augsbert_ray.data.usable import check_scorable
-    from augsbert_ray.evaluation.checks import check_class_labels, check_model_dir, model_kind
-    from augsbert_ray.models import resolve_model
+    from augsbert_ray.evaluation.checks import check_class_labels, model_kind
+    from augsbert_ray.models import check_model, resolve_model
 
     model = resolve_model(args.model)
-    check_model_dir(model)
+    check_model(model)
     kind = model_kind(model) if args.kind == "auto" else args.kind
     data = _evaluation_data(args)
     task = data.resolved_task

@@ -285,13 +285,21 @@ class LabelingSpec(_Strict):
     )
 
     @model_validator(mode="after")
-    def _pool_bounds(self) -> "LabelingSpec":
-        if self.min_actors > self.max_actors:
-            raise ValueError(f"min_actors ({self.min_actors}) exceeds max_actors ({self.max_actors})")
-        if self.runtime == "onnx" and self.precision in ("bf16", "fp16"):
-            raise ValueError(f"precision {self.precision} is torch autocast: use runtime torch or auto")
-        if self.runtime == "torch" and self.precision == "int8":
-            raise ValueError("precision int8 runs on ONNX Runtime: use runtime onnx or auto")
+    def _consistent(self) -> "LabelingSpec":
+        """Every check that needs no running Ray, in one place; `augsbert label` words them with its flags."""
+        gpu = self.gpus_per_actor > 0
+        problems = [
+            (self.min_actors > self.max_actors, f"min_actors ({self.min_actors}) exceeds max_actors ({self.max_actors})"),
+            (self.runtime == "onnx" and self.precision in ("bf16", "fp16"),
+             f"precision {self.precision} is torch autocast: use runtime torch or auto"),
+            (self.runtime == "torch" and self.precision == "int8", "precision int8 runs on ONNX Runtime: use runtime onnx or auto"),
+            (self.precision == "fp16" and not gpu, "precision fp16 needs GPU actors: set gpus_per_actor (bf16 also runs on CPU)"),
+            (self.precision == "int8" and gpu, "precision int8 is the CPU path; with gpus_per_actor use bf16 or fp16"),
+            (self.runtime == "onnx" and gpu, "runtime onnx runs on CPU actors; with gpus_per_actor use runtime torch or auto"),
+        ]
+        for failed, message in problems:
+            if failed:
+                raise ValueError(message)
         return self
 
 

@@ -7,6 +7,7 @@ import hashlib
 import importlib.metadata
 import io
 import itertools
+import json
 import logging
 import os
 import shutil
@@ -16,7 +17,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from augsbert_ray.config import DEFAULT_MODEL
+from augsbert_ray.config import DEFAULT_MODEL, SpecError
 
 log = logging.getLogger("augsbert")
 
@@ -116,6 +117,45 @@ def resolve_model(name: str) -> str:
     if name.startswith((".", "/", "~")):
         raise FileNotFoundError(f"model path not found: {name}")
     return name
+
+
+def check_model(model: str) -> None:
+    """A resolved model must load: a local directory whose config.json transformers reads, or a model id that
+    loads (from the cache when offline). Checked before Ray starts, so a typo fails in a second, not in an actor.
+
+    Args:
+        model: a resolved model name (see ``resolve_model``): a local directory or a Hugging Face id.
+
+    Example:
+        ::
+
+            check_model("runs/stsb-20261124/models/sbert")
+    """
+    from transformers import AutoConfig
+
+    path = Path(model)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise SpecError(f"model {model}: not a model directory (no config.json)")
+        json_object(path / "config.json", model)
+    elif path.is_absolute() or model.startswith((".", "~")):
+        raise SpecError(f"model path not found: {model}")
+    try:
+        AutoConfig.from_pretrained(model)
+    except (OSError, ValueError) as exc:
+        what = "config.json is not a model config" if path.is_dir() else "no such directory, and not a loadable model id"
+        raise SpecError(f"model {model}: {what} ({str(exc).splitlines()[0]})") from None
+
+
+def json_object(path: Path, model: str) -> dict:
+    """A model's JSON settings file, read as an object; a SpecError naming the model and the file otherwise."""
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"model {model}: {path.name} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(settings, dict):
+        raise SpecError(f"model {model}: {path.name} is not a JSON object")
+    return settings
 
 
 def model_cache_dir() -> Path:

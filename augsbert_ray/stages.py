@@ -28,7 +28,7 @@ from augsbert_ray.config import TOP_K_STRATEGIES, BiEncoderSpec, DataSpec, JobSp
 from augsbert_ray.data import GoldData, check_gold_usable, check_reject_fractions, load_gold, read_sentences, write_rejects
 from augsbert_ray.evaluation import Evaluation, dev_metric, evaluate_on_ray, score_pairs_on_ray
 from augsbert_ray.files import atomic_write_text
-from augsbert_ray.labeling import TEACHER_FILE, LabelJob, Teacher, TeacherMember, label_table
+from augsbert_ray.labeling import TEACHER_FILE, LabelJob, Teacher, TeacherMember, label_dataset
 from augsbert_ray.layout import PROGRESS_FILE, RunLayout, TrainFile, bi_encoder_name, silver_files
 from augsbert_ray.models import resolve_model
 from augsbert_ray.runtime import log
@@ -423,7 +423,7 @@ def label_candidates(spec: JobSpec, layout: RunLayout, strategy: str, candidates
     labeled_dir = layout.labeled(strategy)
     job = LabelJob(teacher, spec.labeling, strategy=strategy)
     log.info("labeling %d %s candidates with %s", candidates.num_rows, strategy, job.labeler)
-    return labeled_dir, label_table(candidates, layout.candidates(strategy), labeled_dir, job).labeled
+    return labeled_dir, label_dataset(candidates, labeled_dir, job, layout.candidates(strategy)).labeled
 
 
 def make_silver(spec: JobSpec, layout: RunLayout, source: CandidateSource, teacher: Teacher, sbert_dir: Path) -> Silver:

@@ -32,7 +32,7 @@ import ray
 from augsbert_ray.config import JobSpec, LabelingSpec, SamplingSpec, load_spec
 from augsbert_ray.evaluation import evaluate_on_ray
 from augsbert_ray.files import atomic_write_text
-from augsbert_ray.labeling import TEACHER_FILE, LabelJob, Teacher, TeacherMember, label_table
+from augsbert_ray.labeling import TEACHER_FILE, LabelJob, Teacher, TeacherMember, label_dataset
 from augsbert_ray.models import resolve_model
 from augsbert_ray.stages import RunContext, calibrate_teacher, read_gold, train_teacher, train_teacher_bi_encoder
 from augsbert_ray.runtime import init_ray, log, setup_logging
@@ -126,7 +126,7 @@ def labeling_speed(teacher: Teacher, gold_train: pa.Table, work: Path, seed: int
         output = work / "throughput" / name
         spec = LabelingSpec(cpus_per_actor=max(1, int(ray.cluster_resources().get("CPU", 1))), shard_rows=THROUGHPUT_PAIRS)
         started = time.perf_counter()
-        result = label_table(candidates, work / "throughput" / "candidates.parquet", output, LabelJob(scorer, spec))
+        result = label_dataset(candidates, output, LabelJob(scorer, spec), work / "throughput" / "candidates.parquet")
         seconds = time.perf_counter() - started
         in_shards = sum(shard["seconds"] for shard in json.loads(result.manifest.read_text(encoding="utf-8"))["shards"].values())
         speed[name] = {"pairs": result.labeled, "seconds": round(seconds, 2), "pairs_per_s": round(result.labeled / seconds, 1),

@@ -3,47 +3,12 @@ one pair or on one label value is NaN or meaningless, and a model directory must
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from augsbert_ray.config import SpecError
 from augsbert_ray.data.readers import MISSING_FIELD
 from augsbert_ray.data.rejects import Reject
-
-def check_model_dir(model: str) -> None:
-    """A local model directory must hold a config.json that transformers can read (a hub id is left to the loader).
-
-    Args:
-        model: a resolved model name: a local directory or a Hugging Face id.
-
-    Example:
-        ::
-
-            check_model_dir("runs/stsb-20261124/models/sbert")
-    """
-    path = Path(model)
-    if not path.is_dir():
-        return
-    if not (path / "config.json").is_file():
-        raise SpecError(f"model {model}: not a model directory (no config.json)")
-    _json_object(path / "config.json", model)
-    from transformers import AutoConfig
-
-    try:
-        AutoConfig.from_pretrained(model)
-    except (OSError, ValueError) as exc:
-        raise SpecError(f"model {model}: config.json is not a model config ({str(exc).splitlines()[0]})") from None
-
-
-def _json_object(path: Path, model: str) -> dict:
-    try:
-        settings = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"model {model}: {path.name} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    if not isinstance(settings, dict):
-        raise SpecError(f"model {model}: {path.name} is not a JSON object")
-    return settings
-
+from augsbert_ray.models import json_object
 
 def model_kind(model: str) -> str:
     """``cross_encoder`` when the directory's config_sentence_transformers.json says CrossEncoder, else ``bi_encoder``.
@@ -59,7 +24,7 @@ def model_kind(model: str) -> str:
     config = Path(model) / "config_sentence_transformers.json"
     if not config.is_file():
         return "bi_encoder"
-    return "cross_encoder" if _json_object(config, model).get("model_type") == "CrossEncoder" else "bi_encoder"
+    return "cross_encoder" if json_object(config, model).get("model_type") == "CrossEncoder" else "bi_encoder"
 
 
 def check_class_labels(rejects: list[Reject], rows_read: int) -> None:

@@ -40,11 +40,8 @@ class PairModel:
         import torch
         from sentence_transformers import CrossEncoder
 
+        # LabelingSpec has checked the precision against the runtime and the actor's device
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        if precision == "fp16" and self.device == "cpu":
-            raise ValueError("--precision fp16 needs a GPU actor (--gpus-per-actor)")
-        if precision == "int8" and self.device == "cuda":
-            raise ValueError("--precision int8 runs on CPU actors; use bf16 or fp16 on GPU")
         self.cross_encoder = CrossEncoder(model, device=self.device, max_length=max_seq_length)
         self.cross_encoder.eval()
         self.tokenizer = self.cross_encoder.tokenizer
@@ -53,8 +50,6 @@ class PairModel:
         self.precision = precision
         self.input_names = [name for name in ONNX_INPUTS if name in self.tokenizer.model_input_names]
         use_onnx = runtime == "onnx" or (runtime == "auto" and self.device == "cpu" and precision in ("fp32", "int8"))
-        if precision == "int8" and not use_onnx:
-            raise ValueError("--precision int8 runs on ONNX Runtime: use --runtime onnx or auto")
         self.session = None
         if use_onnx:
             if precision == "int8" and not calibration_pairs:
@@ -86,11 +81,8 @@ class EmbeddingModel:
         import torch
         from sentence_transformers import SentenceTransformer
 
+        # LabelingSpec and LabelJob have checked the precision against the device and the teacher
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        if precision == "fp16" and self.device == "cpu":
-            raise ValueError("precision fp16 needs a GPU actor")
-        if precision == "int8":
-            raise ValueError("precision int8 is for cross-encoder teachers (ONNX Runtime); a bi-encoder runs fp32, bf16 or fp16")
         self.encoder = SentenceTransformer(model, device=self.device)
         if max_seq_length:
             self.encoder.max_seq_length = max_seq_length

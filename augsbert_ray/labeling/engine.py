@@ -25,6 +25,7 @@ from augsbert_ray.files import atomic_write_text
 from augsbert_ray.labeling.plan import Shard, expand_inputs, plan_shards
 from augsbert_ray.labeling.scorer import COUNT_KEYS, STATS_KEY, ShardLabeler, calibration_pairs
 from augsbert_ray.labeling.teacher import Teacher
+from augsbert_ray.models import check_model
 from augsbert_ray.runtime import init_ray, log
 
 MANIFEST = "_manifest.json"
@@ -76,6 +77,10 @@ class LabelJob:
 
     def __post_init__(self) -> None:
         self.labeler = self.labeler or self.teacher.labeler
+        for member in self.teacher.members:
+            check_model(member.model)
+        if self.spec.precision == "int8" and any(member.kind == "bi_encoder" for member in self.teacher.members):
+            raise SpecError("labeling.precision int8 quantizes cross-encoders only; a teacher with a bi-encoder runs fp32, bf16 or fp16")
 
     def key(self, shards: list[Shard], output: Path) -> dict[str, Any]:
         """Input paths relative to ``output``, so that a run directory moved whole still resumes."""
@@ -91,37 +96,12 @@ class LabelJob:
         }
 
 
-def check_model(model: str) -> None:
-    """A local model directory with a config.json, or a hub id that loads (from the cache when offline)."""
-    path = Path(model)
-    if path.is_dir():
-        if not (path / "config.json").exists():
-            raise SpecError(f"--model {model}: not a model directory (no config.json)")
-        return
-    if path.is_absolute() or model.startswith((".", "~")):
-        raise SpecError(f"--model {model}: no such directory")
-    from transformers import AutoConfig
-
-    try:
-        AutoConfig.from_pretrained(model)
-    except OSError as exc:
-        raise SpecError(f"--model {model}: no such directory, and not a loadable model id ({str(exc).splitlines()[0]})") from None
-
-
 def check_resources(spec: LabelingSpec) -> None:
-    """Needs Ray running: a GPU request must be satisfiable, and the precision must fit the device."""
-    gpus = ray.cluster_resources().get("GPU", 0)
-    if spec.gpus_per_actor > 0 and gpus < spec.gpus_per_actor:
-        raise SpecError(f"--gpus-per-actor {spec.gpus_per_actor:g}, but the Ray cluster has {gpus:g} GPUs")
-    if spec.precision == "fp16" and spec.gpus_per_actor == 0:
-        raise SpecError("--precision fp16 needs GPU actors: set --gpus-per-actor (bf16 also runs on CPU)")
-    if spec.precision == "int8" and spec.gpus_per_actor > 0:
-        raise SpecError("--precision int8 is the CPU path; on GPU use bf16 or fp16")
-    if spec.runtime == "onnx" and spec.gpus_per_actor > 0:
-        raise SpecError("--runtime onnx runs on CPU actors; on GPU use --runtime torch or auto")
-    cpus = ray.cluster_resources().get("CPU", 0)
-    if spec.cpus_per_actor > cpus:
-        raise SpecError(f"--cpus-per-actor {spec.cpus_per_actor:g}, but the Ray cluster has {cpus:g} CPUs")
+    """Needs Ray running: an actor's request must fit the cluster (the spec checked the rest when it was made)."""
+    resources = ray.cluster_resources()
+    for field, wanted, kind in (("gpus_per_actor", spec.gpus_per_actor, "GPU"), ("cpus_per_actor", spec.cpus_per_actor, "CPU")):
+        if wanted > resources.get(kind, 0):
+            raise SpecError(f"labeling.{field} {wanted:g}, but the Ray cluster has {resources.get(kind, 0):g} {kind}s")
 
 
 def prepare_output(output: Path, key: dict[str, Any], shards: list[Shard]) -> dict[str, dict[str, Any]]:
@@ -132,11 +112,11 @@ def prepare_output(output: Path, key: dict[str, Any], shards: list[Shard]) -> di
         previous = json.loads(manifest.read_text(encoding="utf-8")).get("job")
         if previous != key:
             changed = sorted(name for name in key if previous is None or previous.get(name) != key[name])
-            raise SpecError(f"--output {output} holds labels from other settings ({', '.join(changed)} differ); use another --output")
+            raise SpecError(f"{output} holds labels from other settings ({', '.join(changed)} differ); label into another directory")
     planned = {shard.name for shard in shards}
     strangers = sorted(p.name for p in output.glob("part-*.parquet") if p.name not in planned)
     if strangers:
-        raise SpecError(f"--output {output} has {len(strangers)} shard(s) not from this input, e.g. {strangers[0]}; use another --output")
+        raise SpecError(f"{output} has {len(strangers)} shard(s) not from this input, e.g. {strangers[0]}; label into another directory")
     remove_partials(output)
     done = {}
     for shard in shards:
@@ -180,25 +160,81 @@ def merge_rejects(output: Path, shards: list[Shard]) -> Path:
 def label_files(
     inputs: str | list[str], output: str | Path, job: LabelJob, fmt: str | None = None, address: str | None = None
 ) -> LabelResult:
-    """Label every pair in the input files into Parquet shards under ``output``. Inputs and model are
-    checked before Ray starts (or joins ``address``); a running Ray is reused."""
-    started = time.perf_counter()
-    output = Path(output).resolve()
+    """`augsbert label`'s front end: label every pair in the input files (csv, tsv, jsonl, parquet; a glob or a
+    list) into Parquet shards under ``output``. The inputs are checked before Ray starts (or joins ``address``).
+
+    Args:
+        inputs: Input files, a glob or a directory.
+        output: The shards' directory; a rerun into it skips the shards already labeled.
+        job: The teacher and the labeling settings.
+        fmt: The input format; default: from the file suffix.
+        address: A Ray cluster to join; default: an embedded local Ray (a running Ray is reused).
+
+    Example:
+        ::
+
+            result = label_files("pairs/*.csv", "silver", LabelJob(Teacher.cross_encoder("models/cross_encoder"), LabelingSpec()))
+            print(result.summary())
+    """
     files = expand_inputs(inputs)
-    fmt = input_format(files, fmt)
-    for member in job.teacher.members:
-        check_model(member.model)
-    if job.spec.precision == "int8" and any(member.kind == "bi_encoder" for member in job.teacher.members):
-        raise SpecError("--precision int8 quantizes cross-encoders only; a teacher with a bi-encoder runs fp32, bf16 or fp16")
-    shards = plan_shards(files, fmt, job.text_columns, job.spec.shard_rows)
-    check_output_dir(output, "--output")
+    shards = plan_shards(files, input_format(files, fmt), job.text_columns, job.spec.shard_rows)
+    check_output_dir(Path(output), "--output")
     init_ray(address)
+    return label_shards(shards, Path(output), job)
+
+
+def label_dataset(pairs: pa.Table | ray.data.Dataset, output: str | Path, job: LabelJob, input_file: str | Path) -> LabelResult:
+    """Label pairs inside a running Ray (e.g. a run's sampled candidates) into resumable Parquet shards under ``output``.
+
+    The pairs are saved first as ``input_file`` (Parquet, one row group per shard), so that a rerun with the same
+    pairs into the same ``output`` skips the shards already labeled.
+
+    Args:
+        pairs: Sentence pairs in ``job.text_columns`` (and optionally ``strategy``): a table or a Ray Dataset.
+        output: The shards' directory.
+        job: The teacher and the labeling settings.
+        input_file: Where the pairs are saved (outside ``output``).
+
+    Example:
+        ::
+
+            job = LabelJob(Teacher.cross_encoder("models/cross_encoder"), LabelingSpec(), strategy="bm25")
+            result = label_dataset(candidates, "silver/bm25", job, "candidates/bm25.parquet")
+    """
+    input_file = Path(input_file)
+    save_pairs(pairs, input_file, job.spec.shard_rows)
+    check_output_dir(Path(output), "the labeling output")
+    return label_shards(plan_shards([str(input_file)], "parquet", job.text_columns, job.spec.shard_rows), Path(output), job)
+
+
+def save_pairs(pairs: pa.Table | ray.data.Dataset, path: Path, shard_rows: int) -> None:
+    """Write the pairs to one Parquet file, atomically, streaming a Dataset batch by batch."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    if isinstance(pairs, pa.Table):
+        pq.write_table(pairs, tmp, row_group_size=shard_rows)
+    else:
+        writer = None
+        for batch in pairs.iter_batches(batch_size=shard_rows, batch_format="pyarrow"):
+            writer = writer or pq.ParquetWriter(tmp, batch.schema)
+            writer.write_table(batch, row_group_size=shard_rows)
+        if writer is None:
+            raise SpecError(f"no pairs to label into {path}")
+        writer.close()
+    os.replace(tmp, path)
+
+
+def label_shards(shards: list[Shard], output: Path, job: LabelJob) -> LabelResult:
+    """The engine: skip the shards already in ``output``, label the rest on the actor pool, keep the manifest."""
+    started = time.perf_counter()
+    output = output.resolve()
     check_resources(job.spec)
     key = job.key(shards, output)
     stats = prepare_output(output, key, shards)
     pending = [shard for shard in shards if shard.name not in stats]
     skipped = len(shards) - len(pending)
-    log.info("labeling %s: %d shards (%d already done) from %d file(s) into %s", job.labeler, len(shards), skipped, len(files), output)
+    files = len({shard.path for shard in shards})
+    log.info("labeling %s: %d shards (%d already done) from %d file(s) into %s", job.labeler, len(shards), skipped, files, output)
     write_manifest(output, key, stats, shards, final=False)
     if pending:
         calibration = calibration_pairs(shards, tuple(job.text_columns)) if job.spec.precision == "int8" else None
@@ -238,13 +274,3 @@ def _pipeline(pending: list[Shard], output: Path, job: LabelJob, calibration: li
         num_cpus=spec.cpus_per_actor,
         num_gpus=spec.gpus_per_actor,
     )
-
-
-def label_table(table: pa.Table, candidates_file: str | Path, output: str | Path, job: LabelJob) -> LabelResult:
-    """Label pairs made on the driver (e.g. sampled candidates): saved as Parquet first, so shards are resumable."""
-    candidates_file = Path(candidates_file)
-    candidates_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = candidates_file.with_name(f".{candidates_file.name}.tmp")
-    pq.write_table(table, tmp, row_group_size=job.spec.shard_rows)
-    os.replace(tmp, candidates_file)
-    return label_files(str(candidates_file), output, job, fmt="parquet")
