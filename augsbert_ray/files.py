@@ -4,12 +4,33 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``. The temporary name is
-    unique, so that concurrent writers (a retried labeling task beside a dying one) never share it."""
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write to; renamed over ``path`` when the block ends, removed when it
+    raises. The temporary name is unique, so that concurrent writers (a retried labeling task beside a dying one,
+    two actors exporting one model) never share it, and starts with ``.<name>.`` and ends with ``.tmp``.
+
+    Example:
+        ::
+
+            with atomic_path(Path("out/part-00000.parquet")) as tmp:
+                pq.write_table(table, tmp)
+    """
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(text, encoding="utf-8")
+    try:
+        yield tmp
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through ``atomic_path``."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")

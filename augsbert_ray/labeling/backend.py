@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 import uuid
 import warnings
 from pathlib import Path
 
 import numpy as np
 
+from augsbert_ray.files import atomic_path
 from augsbert_ray.runtime import configure_torch_threads
 
 ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -130,18 +130,17 @@ def _export(cross_encoder, input_names: list[str], target: Path) -> None:
     import torch
 
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{uuid.uuid4().hex}.onnx")  # actors may export at once: each writes its own, rename wins
     hf_model = cross_encoder[0].auto_model.eval()
     example = cross_encoder.tokenizer(["a b c"], ["d e"], return_tensors="pt")
     axes = {name: {0: "batch", 1: "tokens"} for name in input_names}
-    with torch.inference_mode(), warnings.catch_warnings():
+    # actors may export at once: each writes its own temporary file, and the last rename wins
+    with atomic_path(target) as tmp, torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings about shape-dependent branches: the axes are declared dynamic
         torch.onnx.export(
             hf_model, (), str(tmp), kwargs={name: example[name] for name in input_names},
             input_names=input_names, output_names=["logits"], dynamic_axes={**axes, "logits": {0: "batch"}},
             dynamo=False, opset_version=17,
         )
-    os.replace(tmp, target)
 
 
 def _is_ffn_output(name: str) -> bool:
@@ -200,8 +199,7 @@ def _quantize(source: Path, target: Path) -> None:
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    tmp = target.with_name(f".{uuid.uuid4().hex}.onnx")
     graph = onnx.load(str(source)).graph
     ffn_out = [node.name for node in graph.node if node.op_type == "MatMul" and _is_ffn_output(node.name)]
-    quantize_dynamic(source, tmp, weight_type=QuantType.QInt8, per_channel=True, nodes_to_exclude=ffn_out)
-    os.replace(tmp, target)
+    with atomic_path(target) as tmp:
+        quantize_dynamic(source, tmp, weight_type=QuantType.QInt8, per_channel=True, nodes_to_exclude=ffn_out)

@@ -21,7 +21,7 @@ import ray.data
 
 from augsbert_ray.config import LabelingSpec, SpecError, check_output_dir
 from augsbert_ray.data.formats import input_format
-from augsbert_ray.files import atomic_write_text
+from augsbert_ray.files import atomic_path, atomic_write_text
 from augsbert_ray.labeling.plan import Shard, expand_inputs, plan_shards
 from augsbert_ray.labeling.scorer import COUNT_KEYS, STATS_KEY, ShardLabeler, calibration_pairs
 from augsbert_ray.labeling.teacher import Teacher
@@ -127,8 +127,9 @@ def prepare_output(output: Path, key: dict[str, Any], shards: list[Shard]) -> di
 
 
 def remove_partials(output: Path) -> None:
-    """Temp files of shard attempts that never finished: a killed driver's, or an actor's on a node that died."""
-    for partial in list(output.glob(".part-*.tmp")) + list((output / "_rejects").glob(".part-*.tmp")):
+    """Temporary files of writes that never finished (see files.atomic_path): a killed driver's manifest, or the
+    shard of an actor on a node that died."""
+    for partial in list(output.glob(".*.tmp")) + list((output / "_rejects").glob(".*.tmp")):
         partial.unlink(missing_ok=True)
 
 
@@ -146,14 +147,13 @@ def write_manifest(output: Path, key: dict[str, Any], stats: dict[str, dict[str,
 def merge_rejects(output: Path, shards: list[Shard]) -> Path:
     """One _rejects.jsonl in shard order, copied line by line from the per-shard files."""
     target = output / "_rejects.jsonl"
-    with (output / "._rejects.jsonl.tmp").open("w", encoding="utf-8") as out:
+    with atomic_path(target) as tmp, tmp.open("w", encoding="utf-8") as out:
         for shard in shards:
             part = output / "_rejects" / f"{shard.name}.jsonl"
             if part.exists():
                 with part.open(encoding="utf-8") as handle:
                     for line in handle:
                         out.write(line)
-    os.replace(output / "._rejects.jsonl.tmp", target)
     return target
 
 
@@ -210,10 +210,10 @@ def label_dataset(pairs: pa.Table | ray.data.Dataset, output: str | Path, job: L
 def save_pairs(pairs: pa.Table | ray.data.Dataset, path: Path, shard_rows: int) -> None:
     """Write the pairs to one Parquet file, atomically, streaming a Dataset batch by batch."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    if isinstance(pairs, pa.Table):
-        pq.write_table(pairs, tmp, row_group_size=shard_rows)
-    else:
+    with atomic_path(path) as tmp:
+        if isinstance(pairs, pa.Table):
+            pq.write_table(pairs, tmp, row_group_size=shard_rows)
+            return
         writer = None
         for batch in pairs.iter_batches(batch_size=shard_rows, batch_format="pyarrow"):
             writer = writer or pq.ParquetWriter(tmp, batch.schema)
@@ -221,7 +221,6 @@ def save_pairs(pairs: pa.Table | ray.data.Dataset, path: Path, shard_rows: int) 
         if writer is None:
             raise SpecError(f"no pairs to label into {path}")
         writer.close()
-    os.replace(tmp, path)
 
 
 def label_shards(shards: list[Shard], output: Path, job: LabelJob) -> LabelResult:

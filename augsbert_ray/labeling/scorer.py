@@ -7,9 +7,7 @@ exists is complete. The call returns only the shard's counts, so nothing large r
 from __future__ import annotations
 
 import json
-import os
 import time
-import uuid
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,7 @@ import pyarrow.parquet as pq
 
 from augsbert_ray.config import SpecError
 from augsbert_ray.data.rejects import Reject
-from augsbert_ray.files import atomic_write_text
+from augsbert_ray.files import atomic_path, atomic_write_text
 from augsbert_ray.labeling.backend import CALIBRATION_PAIRS, EmbeddingModel, PairModel
 from augsbert_ray.labeling.plan import Shard, read_shard
 from augsbert_ray.labeling.teacher import Teacher
@@ -163,11 +161,9 @@ class ShardLabeler:
         started = time.perf_counter()
         stats: dict[str, Any] = {"shard": shard.name, **dict.fromkeys(COUNT_KEYS, 0)}
         schema = output_schema(shard.schema)
-        final = self.output / shard.name
-        attempt = uuid.uuid4().hex[:8]  # a retried shard may overlap a dying actor's attempt: never share a temp file
-        tmp = self.output / f".{shard.name}.{attempt}.tmp"
         rejects: list[Reject] = []
-        try:
+        # the shard exists only once it is complete; a retried shard may overlap a dying actor's attempt
+        with atomic_path(self.output / shard.name) as tmp:
             with pq.ParquetWriter(tmp, schema) as writer:
                 for window in read_shard(shard, WINDOW):
                     table = window.table
@@ -180,13 +176,10 @@ class ShardLabeler:
                 stats["labeled"], stats["rejected"] = stats["pairs_in"] - len(rejects), len(rejects)
                 stats["seconds"] = round(time.perf_counter() - started, 3)
                 writer.add_key_value_metadata({STATS_KEY: json.dumps(stats).encode()})
-        except SpecError:
-            tmp.unlink(missing_ok=True)
-            raise
-        (self.output / "_rejects").mkdir(exist_ok=True)
-        rejects.sort(key=lambda reject: reject.line)
-        atomic_write_text(self.output / "_rejects" / f"{shard.name}.jsonl", "".join(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in rejects))
-        os.replace(tmp, final)  # the shard exists only once it is complete
+            (self.output / "_rejects").mkdir(exist_ok=True)
+            rejects.sort(key=lambda reject: reject.line)
+            atomic_write_text(self.output / "_rejects" / f"{shard.name}.jsonl",
+                              "".join(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in rejects))
         return stats
 
     def score_window(self, table: pa.Table, stats: dict[str, Any]) -> np.ndarray:
