@@ -349,8 +349,10 @@ class TuningSpec(_Strict):
     )
     eval_every: float = Field(0.1, gt=0, le=1, description="Dev metrics every this fraction of the steps (plus cull point and end).")
     models: list[str] | None = Field(None, description="Bi-encoders to tune, e.g. [sbert]. Default: all the job trains.")
-    cpus_per_trial: float = Field(1, gt=0, description="CPUs reserved by each trial's Ray Train fit.")
-    gpus_per_trial: float = Field(0, ge=0, description="GPUs reserved by each trial's Ray Train fit.")
+    cpus_per_trial: float = Field(1, gt=0, description="CPUs reserved by each trial's Ray Train fit (for a tuned model, in "
+                                  "place of training.cpus_per_worker).")
+    gpus_per_trial: float = Field(0, ge=0, description="GPUs reserved by each trial's Ray Train fit (for a tuned model, in "
+                                  "place of training.use_gpu).")
     max_concurrent_trials: int | None = Field(None, gt=0, description="Default: as many as the cluster's CPUs and GPUs hold at once (cpus_per_trial, gpus_per_trial).")
 
     @field_validator("seeds")
@@ -478,6 +480,9 @@ class JobSpec(_Strict):
                 raise ValueError("tuning runs in the in-domain scenario only")
             if "kde" in self.sampling.strategies and self.target.candidates == "sentences":
                 raise ValueError("sampling.strategies: kde matches the gold score distribution, which a transfer target lacks")
+        if self.tuning is not None and self.training.use_gpu and self.tuning.gpus_per_trial == 0:
+            raise ValueError("training.use_gpu: a tuned model's fits take their resources from tuning.cpus_per_trial and "
+                             "tuning.gpus_per_trial, which is 0: set tuning.gpus_per_trial too")
         if self.teacher.kind != "cross-encoder":
             if self.labeling.precision == "int8":
                 raise ValueError(f"labeling.precision int8 quantizes cross-encoders only; teacher.kind {self.teacher.kind} has a bi-encoder")

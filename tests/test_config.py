@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from augsbert_ray.config import JobSpec, SpecError, dump_spec, load_spec
 
@@ -96,3 +97,10 @@ def test_long_jobs_save_training_states_and_survive_failures() -> None:
     for job in Path(__file__).parents[1].glob("jobs/*.yaml"):
         training = load_spec(job).training
         assert (training.max_failures, training.checkpoint_every) == (2, 200), job
+
+
+def test_a_gpu_fit_under_tuning_needs_gpus_per_trial() -> None:
+    """Before: training.use_gpu was silently ignored by the tuned fits, which trained on CPU."""
+    with pytest.raises(ValidationError, match=r"training.use_gpu: .* set tuning.gpus_per_trial too"):
+        JobSpec.model_validate({"training": {"use_gpu": True}, "tuning": {"seeds": 2}})
+    JobSpec.model_validate({"training": {"use_gpu": True}, "tuning": {"seeds": 2, "gpus_per_trial": 0.5}})
