@@ -90,15 +90,15 @@ class EmbeddingModel:
         self.max_length = self.encoder.max_seq_length
         self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
 
-    def score(self, first: list[str], second: list[str], batch_size: int) -> np.ndarray:
+    def embed(self, sentences: list[str], batch_size: int) -> np.ndarray:
+        """Unit-length float32 embeddings, one row per sentence."""
         import torch
 
         autocast = torch.autocast(self.device, dtype=self.dtype) if self.dtype else contextlib.nullcontext()
         with torch.inference_mode(), autocast:
-            embeddings = self.encoder.encode(first + second, batch_size=batch_size, normalize_embeddings=True,
+            embeddings = self.encoder.encode(sentences, batch_size=batch_size, normalize_embeddings=True,
                                              convert_to_numpy=True, show_progress_bar=False)
-        embeddings = embeddings.astype(np.float32)
-        return np.sum(embeddings[: len(first)] * embeddings[len(first) :], axis=1)
+        return embeddings.astype(np.float32)
 
 
 def _onnx_session(pair_model: PairModel, model: str, threads: int, cache_dir: Path | None, calibration_pairs: list[tuple[str, str]] | None):

@@ -106,20 +106,23 @@ class PairScorer:
 
 
 class EmbeddingScorer:
-    """A bi-encoder over a window of pairs: each sentence embedded once (sentence-transformers sorts by length),
-    the pair scored by cosine. A pair counts as truncated when either sentence is."""
+    """A bi-encoder over a window of pairs: each distinct sentence embedded once (sampled candidates reuse their
+    sentences many times), the pair scored by cosine. A pair counts as truncated when either sentence is."""
 
     def __init__(self, model: EmbeddingModel, batch_size: int) -> None:
         self.model, self.batch_size = model, batch_size
 
     def score(self, first: list[str], second: list[str], stats: dict[str, Any]) -> np.ndarray:
-        lengths = np.array([len(ids) for ids in self.model.tokenizer(first + second)["input_ids"]], dtype=np.int64)
-        limit = self.model.max_length
+        distinct = list(dict.fromkeys(first + second))
+        index = {sentence: i for i, sentence in enumerate(distinct)}
+        rows = np.array([index[sentence] for sentence in first + second], dtype=np.int64)
+        distinct_lengths = np.array([len(ids) for ids in self.model.tokenizer(distinct)["input_ids"]], dtype=np.int64)
+        lengths, limit = distinct_lengths[rows], self.model.max_length
         stats["truncated"] += int(np.sum((lengths[: len(first)] > limit) | (lengths[len(first) :] > limit)))
-        lengths = np.minimum(lengths, limit)
-        count_tokens(stats, lengths)
-        stats["padded_tokens"] += int(lengths.sum())
-        return self.model.score(first, second, self.batch_size)
+        count_tokens(stats, np.minimum(lengths, limit))
+        stats["padded_tokens"] += int(np.minimum(distinct_lengths, limit).sum())  # the tokens the model ran on
+        embeddings = self.model.embed(distinct, self.batch_size)[rows]
+        return np.sum(embeddings[: len(first)] * embeddings[len(first) :], axis=1)
 
 
 def count_tokens(stats: dict[str, Any], lengths: np.ndarray) -> None:
