@@ -169,7 +169,7 @@ def run_in_domain(spec: JobSpec, data_dir: str | Path | None = None, resume: Pat
 
     with clock.stage("evaluate"):
         students = [sbert, *augsbert]
-        evaluations = evaluate_models(ctx, checked.teacher, [fit.name for fit in students], gold.splits)
+        evaluations = evaluate_models(ctx, checked, [fit.name for fit in students], gold.splits)
 
     with clock.stage("report"):
         fits = [*fits, *students]
@@ -221,7 +221,7 @@ def run_domain_transfer(
 
     with clock.stage("evaluate on the target"):
         students = [sbert_source, *sbert_target, *augsbert]
-        evaluations = evaluate_models(ctx, checked.teacher, [fit.name for fit in students], target.splits)
+        evaluations = evaluate_models(ctx, checked, [fit.name for fit in students], target.splits)
 
     with clock.stage("report"):
         fits = [*fits, *students]

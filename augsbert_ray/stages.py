@@ -26,9 +26,9 @@ from ray.data.expressions import col
 
 from augsbert_ray.config import TOP_K_STRATEGIES, BiEncoderSpec, DataSpec, JobSpec, SamplingSpec, SpecError
 from augsbert_ray.data import GoldData, check_gold_usable, check_reject_fractions, load_gold, read_sentences, write_rejects
-from augsbert_ray.evaluation import Evaluation, dev_metric, evaluate_on_ray, score_pairs_on_ray
+from augsbert_ray.evaluation import Evaluation, dev_metric, evaluate_on_ray, metrics_from_scores, score_pairs_on_ray
 from augsbert_ray.files import atomic_write_text
-from augsbert_ray.labeling import TEACHER_FILE, LabelJob, Teacher, TeacherMember, label_dataset
+from augsbert_ray.labeling import LabelJob, Teacher, TeacherMember, label_dataset
 from augsbert_ray.layout import PROGRESS_FILE, RunLayout, TrainFile, bi_encoder_name, silver_files
 from augsbert_ray.models import resolve_model
 from augsbert_ray.runtime import log
@@ -274,10 +274,13 @@ def train_bi_encoder(ctx: RunContext, name: str, files: list[TrainFile], fitter:
 
 @dataclass(frozen=True)
 class CheckedTeacher:
-    """The teacher mapped onto the gold scale, and the gate's record (metrics.json ``teacher``)."""
+    """The teacher mapped onto the gold scale, the gate's record (metrics.json ``teacher``), and each of its
+    models' raw scores of the dev split the gate used (evaluation reuses them)."""
 
     teacher: Teacher
     record: dict[str, Any]
+    dev: pa.Table
+    dev_scores: list[np.ndarray]
 
 
 def score_members(spec: JobSpec, teacher: Teacher, table: pa.Table) -> list[np.ndarray]:
@@ -323,7 +326,7 @@ def check_teacher(ctx: RunContext, teacher: Teacher, calibration: GoldData, stud
         raise SpecError(f"teacher gate: {verdict}; silver labels from it would not help (labeling.require_better_teacher)")
     else:
         log.warning("teacher gate: %s; its silver labels are unlikely to help (a stronger teacher: teacher.kind, cross_encoder.model)", verdict)
-    return CheckedTeacher(teacher, record)
+    return CheckedTeacher(teacher, record, dev, dev_scores)
 
 
 # -- candidates and silver ----------------------------------------------------------------------------------------
@@ -505,18 +508,23 @@ def with_sampling(spec: JobSpec, **changes: Any) -> JobSpec:
 # -- evaluation ---------------------------------------------------------------------------------------------------
 
 
-def evaluate_models(ctx: RunContext, teacher: Teacher, bi_encoders: list[str], eval_set: GoldData) -> dict[str, Evaluation]:
-    """Every model on the dev and test split, each evaluation a Ray task: the teacher's models (and an ensemble
-    teacher itself), the bi-encoders in models/, the untrained zero-shot bi-encoder and the Jaccard baseline."""
-    spec = ctx.spec
-    jobs = {Path(m.model).name: (m.kind, m.model) for m in teacher.members}
-    if len(teacher.members) > 1:
-        jobs["teacher"] = ("teacher", str(ctx.layout.models / TEACHER_FILE))
-    jobs.update({name: ("bi_encoder", str(ctx.layout.model(name))) for name in bi_encoders})
+def evaluate_models(ctx: RunContext, checked: CheckedTeacher, bi_encoders: list[str], eval_set: GoldData) -> dict[str, Evaluation]:
+    """Every model on the dev and test split, each scoring a Ray task: the teacher's models (and an ensemble
+    teacher itself; on dev, the gate's scores), the bi-encoders in models/, the untrained zero-shot bi-encoder and
+    the Jaccard baseline."""
+    spec, task, teacher = ctx.spec, ctx.spec.evaluation_task, checked.teacher
+    assert checked.dev is eval_set.dev, "the teacher gate scored another dev split"
+    test_refs = [score_pairs_on_ray(m.kind, m.model, eval_set.test, spec.evaluation.cpus, spec.evaluation.gpus) for m in teacher.members]
+    jobs = {name: ("bi_encoder", str(ctx.layout.model(name))) for name in bi_encoders}
     jobs["zero_shot"] = ("bi_encoder", resolve_model(spec.evaluation.zero_shot_model))
     jobs["jaccard"] = ("jaccard", None)
-    refs = {
-        name: evaluate_on_ray(kind, model, spec.evaluation_task, eval_set.dev, eval_set.test, spec.evaluation.cpus, spec.evaluation.gpus)
-        for name, (kind, model) in jobs.items()
-    }
-    return {name: ray.get(ref) for name, ref in refs.items()}
+    refs = {name: evaluate_on_ray(kind, model, task, eval_set.dev, eval_set.test, spec.evaluation.cpus, spec.evaluation.gpus)
+            for name, (kind, model) in jobs.items()}
+    dev_labels, test_labels = (split.column("label").to_numpy() for split in (eval_set.dev, eval_set.test))
+    test_scores = [np.asarray(scores) for scores in ray.get(test_refs)]
+    evaluations = {Path(m.model).name: metrics_from_scores(task, dev, dev_labels, test, test_labels)
+                   for m, dev, test in zip(teacher.members, checked.dev_scores, test_scores)}
+    if len(teacher.members) > 1:
+        evaluations["teacher"] = metrics_from_scores(task, teacher.combine(checked.dev_scores), dev_labels,
+                                                     teacher.combine(test_scores), test_labels)
+    return {**evaluations, **{name: ray.get(ref) for name, ref in refs.items()}}
