@@ -54,9 +54,11 @@ EXPERIMENTS: dict[str, tuple[str, list[str]]] = {
 }
 IN_DOMAIN = [name for name in EXPERIMENTS if not name.startswith("transfer_")]
 TRANSFER = [name for name in EXPERIMENTS if name.startswith("transfer_")]
-IN_DOMAIN_ROWS = ["jaccard", "zero_shot", "cross_encoder", "sbert", "augsbert_rs", "augsbert_kde", "augsbert_bm25",
+IN_DOMAIN_ROWS = ["jaccard", "zero_shot", "cross_encoder", "teacher_bi_encoder", "teacher", "sbert", "augsbert_rs", "augsbert_kde", "augsbert_bm25",
                   "augsbert_ss", "augsbert_bm25_ss"]
-TRANSFER_ROWS = ["jaccard", "zero_shot", "cross_encoder", "sbert_source", "augsbert", "sbert_target"]
+TRANSFER_ROWS = ["jaccard", "zero_shot", "cross_encoder", "teacher_bi_encoder", "teacher", "sbert_source", "augsbert", "sbert_target"]
+# The row that scores the whole teacher, by teacher.kind: its one model, or the ensemble.
+TEACHER_ROW = {"cross-encoder": "cross_encoder", "bi-encoder": "teacher_bi_encoder", "ensemble": "teacher"}
 # SBERT is seed-optimized in the in-domain experiments of the full run (the paper's section 5).
 SEED_OPTIMIZED_SBERT = ["tuning.seeds=5", "tuning.models=[sbert]", "tuning.cpus_per_trial=1"]
 # The small version: fewer and shorter fits, subsampled evaluation, no seed optimization, and in-domain only the
@@ -202,8 +204,9 @@ def cell(results: dict, experiment: str, row: str) -> str:
 
 
 def table(results: dict, experiments: list[str], rows: list[str], headers: list[str]) -> list[str]:
+    """Mean ± std per model and experiment; a model no experiment scored (e.g. another kind of teacher) is left out."""
     lines = ["| model | " + " | ".join(headers) + " |", "|---|" + "---:|" * len(headers)]
-    for row in rows:
+    for row in (row for row in rows if any(row in results.get(e, {}) for e in experiments)):
         lines.append(f"| {MODEL_TITLES.get(row, row)} | " + " | ".join(cell(results, e, row) for e in experiments) + " |")
     return lines
 
@@ -213,12 +216,32 @@ def verdict(value: float, target: float, at_least: bool = True) -> str:
     return f"target {'>=' if at_least else '<='} {target:+.1f}: {'met' if met else 'missed'}"
 
 
-def deltas(results: dict) -> list[str]:
+def teacher_kind(spec: dict) -> str:
+    return spec.get("teacher", {}).get("kind", "cross-encoder")
+
+
+def describe_teacher(spec: dict) -> str:
+    """The teacher of a run, from its spec.yaml: its kind and models."""
+    kind = teacher_kind(spec)
+    models = {"cross-encoder": [f"cross-encoder from {spec.get('cross_encoder', {}).get('model', 'minilm')}"],
+              "bi-encoder": [f"bi-encoder {spec.get('teacher', {}).get('bi_encoder', {}).get('model')} fine-tuned on gold"]}
+    return f"ensemble of {models['cross-encoder'][0]} and {models['bi-encoder'][0]}" if kind == "ensemble" else models[kind][0]
+
+
+def deltas(results: dict, specs: dict) -> list[str]:
     """The paper's effects, as measured, against the targets: AugSBERT-BM25 - SBERT >= +1.5 on STSb and both BWS
-    splits, RS no better than BM25, transfer STSb -> BWS AugSBERT - SBERT-source >= +5."""
+    splits, RS no better than BM25, transfer STSb -> BWS AugSBERT - SBERT-source >= +5; and the teacher's: better than
+    SBERT, and on STSb-1k AugSBERT-BM25 at least 97% of the teacher on test."""
     lines = []
     for experiment in IN_DOMAIN:
         rows = results.get(experiment, {})
+        teacher = TEACHER_ROW[teacher_kind(specs.get(experiment, {}))]
+        if teacher in rows and "sbert" in rows:
+            lines.append(f"- {experiment}: teacher - SBERT = {rows[teacher]['mean'] - rows['sbert']['mean']:+.2f} (target > 0: "
+                         f"{'met' if rows[teacher]['mean'] > rows['sbert']['mean'] else 'missed'})")
+        if experiment == "stsb_1k" and teacher in rows and "augsbert_bm25" in rows:
+            share = 100 * rows["augsbert_bm25"]["mean"] / rows[teacher]["mean"]
+            lines.append(f"- {experiment}: AugSBERT-BM25 / teacher = {share:.1f}% (target >= 97%: {'met' if share >= 97 else 'missed'})")
         if "augsbert_bm25" in rows and "sbert" in rows:
             gain = rows["augsbert_bm25"]["mean"] - rows["sbert"]["mean"]
             rs_over_bm25 = rows["augsbert_rs"]["mean"] - rows["augsbert_bm25"]["mean"]
@@ -253,7 +276,10 @@ def write_results(path: Path, results: dict, specs: dict, runs: dict, args: argp
         "Seeds per experiment: " + "; ".join(f"{e} {', '.join(map(str, r['seeds'])) or 'none'}" for e, r in runs.items()) + ".  ",
         *([f"Seeds made as parts (`--part`, see `augsbert reproduce --help`): {'; '.join(parts)}.  "]
           if (parts := [p for r in runs.values() for p in r["parts"]]) else []),
-        "Backbone of every model: all-MiniLM-L6-v2 (the packaged `minilm`), not the paper's bert-base. Scores x100 on "
+        "Teacher: " + "; ".join(sorted({describe_teacher(spec) for spec in specs.values()})) + ".  ",
+        *([f"Other teachers' tables: {', '.join(f'[{page.name}]({page.name})' for page in others)}.  "]
+          if (others := sorted(page for page in path.parent.glob("RESULTS*.md") if page.name != path.name)) else []),
+        "Backbone of every student: all-MiniLM-L6-v2 (the packaged `minilm`), not the paper's bert-base. Scores x100 on "
         "the test split, mean ± std over seeds; each seed is a whole run (splits, subsets, sampling, training)."
         + ("" if args.quick else " In-domain, SBERT is seed-optimized: 5 seeds, all but the best culled at 20% of the "
            "steps, chosen on dev (`tuning` in the specs linked below)."),
@@ -271,7 +297,7 @@ def write_results(path: Path, results: dict, specs: dict, runs: dict, args: argp
         "",
         "## Effects against the targets",
         "",
-        *deltas(results),
+        *deltas(results, specs),
         "",
         "## Hyperparameters",
         "",

@@ -132,3 +132,17 @@ def test_committed_results_page_links_committed_specs() -> None:
     assert specs and all(path.is_file() for path in specs)
     assert all(path.parent.parent == ROOT / "bench" / "results" / "reproduce_runs" for path in specs)
     assert len(specs) == len({path.parent for path in specs})  # one row per run directory
+
+
+def test_a_bi_encoder_teachers_row_and_effects_are_tabulated() -> None:
+    entry = lambda mean: {"mean": mean, "std": 0.0, "n_seeds": 1}  # noqa: E731
+    results = {"stsb_1k": {"teacher_bi_encoder": entry(85.0), "sbert": entry(83.0), "augsbert_bm25": entry(84.0),
+                           "augsbert_rs": entry(83.5)}}
+    specs = {"stsb_1k": {"teacher": {"kind": "bi-encoder", "bi_encoder": {"model": "mpnet"}}, "cross_encoder": {"model": "minilm"}}}
+    lines = reproduce.table(results, ["stsb_1k"], reproduce.IN_DOMAIN_ROWS, ["STSb"])
+    assert "| Bi-encoder teacher (fine-tuned on gold) | 85.00 (1 seed) |" in lines
+    assert not [line for line in lines if "Cross-encoder" in line or "Ensemble" in line]  # no run scored them
+    effects = reproduce.deltas(results, specs)
+    assert "- stsb_1k: teacher - SBERT = +2.00 (target > 0: met)" in effects
+    assert f"- stsb_1k: AugSBERT-BM25 / teacher = {100 * 84 / 85:.1f}% (target >= 97%: met)" in effects
+    assert reproduce.describe_teacher(specs["stsb_1k"]) == "bi-encoder mpnet fine-tuned on gold"
