@@ -20,6 +20,9 @@ from augsbert_ray.config import SpecError
 # Ray Train workers send print() to Train's logger and, where a library wrapped sys.stdout, to stdout too: every
 # progress line would reach the console twice.
 WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
+# Unless -v: no per-model "Loading weights"/"Writing model shards" bars and no library deprecation notes from every
+# worker (Ray's session logs keep whatever workers still print).
+QUIET_WORKER_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error"}
 # Seconds to wait for a cluster's GCS to answer before giving up on its address.
 CONNECT_TIMEOUT_ENV = "AUGSBERT_CONNECT_TIMEOUT"
 DEFAULT_CONNECT_TIMEOUT_S = 60.0
@@ -51,7 +54,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     if ray.is_initialized():
         return
     check_token_file(create=not address)
-    env_vars = dict(WORKER_ENV)
+    env_vars = {**WORKER_ENV, **({} if log.isEnabledFor(logging.DEBUG) else QUIET_WORKER_ENV)}
     if "HF_HUB_OFFLINE" in os.environ:
         env_vars["HF_HUB_OFFLINE"] = os.environ["HF_HUB_OFFLINE"]
     if address:
