@@ -105,23 +105,36 @@ class PairScorer:
         return features
 
 
+# Sentences whose embeddings a bi-encoder teacher keeps within a shard (about 3 KB each at width 768).
+EMBEDDING_CACHE = 50_000
+
+
 class EmbeddingScorer:
-    """A bi-encoder over a window of pairs: each distinct sentence embedded once (sampled candidates reuse their
-    sentences many times), the pair scored by cosine. A pair counts as truncated when either sentence is."""
+    """A bi-encoder over a window of pairs: each distinct sentence embedded once per shard (sampled candidates reuse
+    their sentences many times), the pair scored by cosine. A pair counts as truncated when either sentence is.
+    The cache starts empty at each shard, so a shard's scores do not depend on which shards an actor labeled before."""
 
     def __init__(self, model: EmbeddingModel, batch_size: int) -> None:
         self.model, self.batch_size = model, batch_size
+        self.cache: dict[str, tuple[np.ndarray, int]] = {}  # sentence -> (unit embedding, token length)
+
+    def start_shard(self) -> None:
+        self.cache.clear()
 
     def score(self, first: list[str], second: list[str], stats: dict[str, Any]) -> np.ndarray:
-        distinct = list(dict.fromkeys(first + second))
-        index = {sentence: i for i, sentence in enumerate(distinct)}
-        rows = np.array([index[sentence] for sentence in first + second], dtype=np.int64)
-        distinct_lengths = np.array([len(ids) for ids in self.model.tokenizer(distinct)["input_ids"]], dtype=np.int64)
-        lengths, limit = distinct_lengths[rows], self.model.max_length
+        new = [sentence for sentence in dict.fromkeys(first + second) if sentence not in self.cache]
+        if len(self.cache) + len(new) > EMBEDDING_CACHE:
+            self.cache.clear()
+            new = list(dict.fromkeys(first + second))
+        if new:
+            lengths = [len(ids) for ids in self.model.tokenizer(new)["input_ids"]]
+            self.cache.update(zip(new, zip(self.model.embed(new, self.batch_size), lengths)))
+            stats["padded_tokens"] += int(np.minimum(lengths, self.model.max_length).sum())  # the tokens the model ran on
+        cached = [self.cache[sentence] for sentence in first + second]
+        embeddings = np.stack([embedding for embedding, _ in cached])
+        lengths, limit = np.array([length for _, length in cached], dtype=np.int64), self.model.max_length
         stats["truncated"] += int(np.sum((lengths[: len(first)] > limit) | (lengths[len(first) :] > limit)))
         count_tokens(stats, np.minimum(lengths, limit))
-        stats["padded_tokens"] += int(np.minimum(distinct_lengths, limit).sum())  # the tokens the model ran on
-        embeddings = self.model.embed(distinct, self.batch_size)[rows]
         return np.sum(embeddings[: len(first)] * embeddings[len(first) :], axis=1)
 
 
@@ -162,6 +175,9 @@ class ShardLabeler:
 
     def label_shard(self, shard: Shard) -> dict[str, Any]:
         started = time.perf_counter()
+        for scorer in self.scorers:
+            if isinstance(scorer, EmbeddingScorer):
+                scorer.start_shard()
         stats: dict[str, Any] = {"shard": shard.name, **dict.fromkeys(COUNT_KEYS, 0)}
         schema = output_schema(shard.schema)
         rejects: list[Reject] = []
