@@ -162,10 +162,12 @@ def run_in_domain(spec: JobSpec, data_dir: str | Path | None = None, resume: Pat
         by_k = silver_by_top_k(ctx, gold.splits, checked.teacher, sbert.model_dir, silver)
 
     with clock.stage("train AugSBERT bi-encoders"):
-        augsbert = [
-            train_bi_encoder(ctx, name, [gold.train_file, *silver_set.train_files()], student_fitter(spec, name, silver_dirs_by_k(by_k)))
-            for name, silver_set in ((bi_encoder_name(strategy), silver_set) for strategy, silver_set in silver.sets.items())
-        ]
+        trial_silver = silver_dirs_by_k(by_k)
+        augsbert = []
+        for strategy, silver_set in silver.sets.items():
+            name = bi_encoder_name(strategy)
+            files = [gold.train_file, *silver_set.train_files()]
+            augsbert.append(train_bi_encoder(ctx, name, files, student_fitter(spec, name, trial_silver)))
 
     with clock.stage("evaluate"):
         students = [sbert, *augsbert]
@@ -213,11 +215,11 @@ def run_domain_transfer(
             silver = make_silver(spec, layout, candidate_source, checked.teacher, sbert_source.model_dir)
 
     with clock.stage("train AugSBERT on target silver"):
-        augsbert = [  # silver alone: the target has no gold to add
-            train_bi_encoder(ctx, name, silver_set.train_files(), student_fitter(spec, name))
-            for name, silver_set in (("augsbert" if strategy == "given" else bi_encoder_name(strategy), silver_set)
-                                     for strategy, silver_set in silver.sets.items())
-        ]
+        augsbert = []
+        for strategy, silver_set in silver.sets.items():
+            name = "augsbert" if strategy == "given" else bi_encoder_name(strategy)
+            # silver alone: the target has no gold to add
+            augsbert.append(train_bi_encoder(ctx, name, silver_set.train_files(), student_fitter(spec, name)))
 
     with clock.stage("evaluate on the target"):
         students = [sbert_source, *sbert_target, *augsbert]

@@ -65,10 +65,11 @@ def run_tuning_job(spec: JobSpec, data_dir: str | Path | None = None, resume: Pa
                                    teacher, sbert_dir)
             by_k = silver_by_top_k(ctx, gold.splits, teacher, sbert_dir, made)
         with clock.stage("tune AugSBERT bi-encoders"):
+            trial_silver = silver_dirs_by_k(by_k)
             for strategy in strategies:
                 name = bi_encoder_name(strategy)
                 default = [gold.train_file, *made.sets[strategy].train_files()] if strategy in made.sets else [gold.train_file]
-                fits.append(train_bi_encoder(ctx, name, default, student_fitter(spec, name, silver_dirs_by_k(by_k))))
+                fits.append(train_bi_encoder(ctx, name, default, student_fitter(spec, name, trial_silver)))
 
     with clock.stage("evaluate and report"):
         searched = {fit.name: fit.tuning for fit in fits if fit.tuning is not None}

@@ -78,6 +78,9 @@ class PairScorer:
         self.model, self.batch_size = model, batch_size
         self.pad_id = model.tokenizer.pad_token_id or 0
 
+    def start_shard(self) -> None:
+        """Nothing carries over between shards."""
+
     def score(self, first: list[str], second: list[str], stats: dict[str, Any]) -> np.ndarray:
         encoded = self.model.tokenizer(first, second, truncation="longest_first", max_length=self.model.max_length)
         stats["truncated"] += sum(1 for encoding in encoded.encodings if encoding.overflowing)
@@ -176,8 +179,7 @@ class ShardLabeler:
     def label_shard(self, shard: Shard) -> dict[str, Any]:
         started = time.perf_counter()
         for scorer in self.scorers:
-            if isinstance(scorer, EmbeddingScorer):
-                scorer.start_shard()
+            scorer.start_shard()
         stats: dict[str, Any] = {"shard": shard.name, **dict.fromkeys(COUNT_KEYS, 0)}
         schema = output_schema(shard.schema)
         rejects: list[Reject] = []
