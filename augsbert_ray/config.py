@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
 TaskType = Literal["regression", "classification"]
 FileFormat = Literal["csv", "tsv", "jsonl", "parquet", "stsb", "mrpc", "bws"]
+# The one suffix -> format map: gold files (SourceSpec) and label inputs (data.formats) both read it.
+SUFFIX_FORMATS: dict[str, FileFormat] = {
+    ".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl",
+}
 NamedDataset = Literal["stsb", "mrpc", "bws"]
 Strategy = Literal["random", "kde", "bm25", "semantic", "bm25+semantic"]
 
@@ -87,7 +91,7 @@ class SourceSpec(_Strict):
     @model_validator(mode="after")
     def _known_format(self) -> "SourceSpec":
         if self.format is None:
-            inferred = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}.get(self.path.suffix)
+            inferred = SUFFIX_FORMATS.get(self.path.suffix)
             if inferred is None:
                 raise ValueError(f"cannot infer the format of {self.path}: set 'format'")
             self.format = inferred  # type: ignore[assignment]

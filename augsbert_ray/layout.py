@@ -3,7 +3,7 @@
     RUN_DIR/
         spec.yaml  .fingerprint.json  progress.json  rejects.jsonl  target_rejects.jsonl
         gold/{train,dev,test}.parquet    target/{train,dev,test}.parquet  (domain transfer)
-        candidates/<strategy>.parquet    silver/<strategy>/  silver/kde_pool/  tuning_silver/top_k<k>/
+        candidates/<strategy>.parquet    silver/<strategy>/  silver/kde_pool/  silver/_onnx/  tuning_silver/top_k<k>/
         models/<name>/  models/teacher.json    ray_train/<name>/  ray_tune/
         metrics.json  report.md  score_density.png  tuning.md  tuning.json
 """
@@ -84,6 +84,11 @@ class RunLayout:
 
     def selected(self, strategy: str) -> Path:
         return self.root / "silver" / strategy
+
+    @property
+    def onnx_cache(self) -> Path:
+        """The teacher's ONNX export, made once for every strategy's labeling."""
+        return self.root / "silver" / "_onnx"
 
     def tuning_silver(self, top_k: int) -> RunLayout:
         """The silver sets of one tuning.top_k value, each laid out as a run's own."""

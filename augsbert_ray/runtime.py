@@ -23,6 +23,10 @@ WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAY_TRAIN_ENABLE_PRINT_PATCH":
 # Unless -v: no per-model "Loading weights"/"Writing model shards" bars and no library deprecation notes from every
 # worker (Ray's session logs keep whatever workers still print).
 QUIET_WORKER_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error"}
+# An embedded Ray is one machine: no node is drained, so Ray Train's preemption watcher (an actor per fit) has
+# nothing to watch; and its controller, which notices a finished fit at its next poll of the workers, polls every
+# 0.5 s instead of 2 s. Measured on 2 cores: an empty fit took 11.6 s with Ray's defaults, 8.9 s with these.
+LOCAL_TRAIN_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0", "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
 # Seconds to wait for a cluster's GCS to answer before giving up on its address.
 CONNECT_TIMEOUT_ENV = "AUGSBERT_CONNECT_TIMEOUT"
 DEFAULT_CONNECT_TIMEOUT_S = 60.0
@@ -81,7 +85,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         # it auto-detects a cluster: with another Ray on the host it can ask the wrong one, judge the
         # controller dead and remove a running fit's placement group, or find several and fail each query.
         port = free_local_port()
-        env_vars["RAY_API_SERVER_ADDRESS"] = f"http://127.0.0.1:{port}"
+        env_vars.update(LOCAL_TRAIN_ENV, RAY_API_SERVER_ADDRESS=f"http://127.0.0.1:{port}")
         with _loopback_node():
             ray.init(num_cpus=num_cpus, include_dashboard=True, dashboard_port=port, runtime_env={"env_vars": env_vars})
     log.info("ray: %s", ray.cluster_resources())

@@ -21,8 +21,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
-import ray.data
-from ray.data.expressions import col
 
 from augsbert_ray.config import TOP_K_STRATEGIES, BiEncoderSpec, DataSpec, JobSpec, SamplingSpec, SpecError
 from augsbert_ray.data import GoldData, check_gold_usable, check_reject_fractions, load_gold, read_sentences, write_rejects
@@ -33,7 +31,7 @@ from augsbert_ray.layout import PROGRESS_FILE, RunLayout, TrainFile, bi_encoder_
 from augsbert_ray.models import resolve_model
 from augsbert_ray.runtime import log
 from augsbert_ray.sampling import Neighbours, SentencePool, available_pairs, candidate_table, given_pairs, sample_bm25
-from augsbert_ray.selection import score_histogram, select, silver_diagnostics
+from augsbert_ray.selection import accepted_rows, read_silver, score_histogram, select, silver_diagnostics, write_silver
 from augsbert_ray.training import fit_bi_encoder, fit_cross_encoder
 from augsbert_ray.tuning.search import Outcome
 from augsbert_ray.tuning.stage import SilverByK, searched_fit
@@ -424,7 +422,7 @@ def label_candidates(spec: JobSpec, layout: RunLayout, strategy: str, candidates
     """Label one strategy's candidates on the actor pool into silver/<strategy>/ (streaming, resumable): the
     directory and the pairs labeled."""
     labeled_dir = layout.labeled(strategy)
-    job = LabelJob(teacher, spec.labeling, strategy=strategy)
+    job = LabelJob(teacher, spec.labeling, strategy=strategy, onnx_cache=layout.onnx_cache)
     log.info("labeling %d %s candidates with %s", candidates.num_rows, strategy, job.labeler)
     return labeled_dir, label_dataset(candidates, labeled_dir, job, layout.candidates(strategy)).labeled
 
@@ -446,13 +444,13 @@ def make_silver(spec: JobSpec, layout: RunLayout, source: CandidateSource, teach
             n_random=random_sizes.get(strategy, 0), semantic_model=semantic_model, resources=spec.labeling, found=found,
         )
         silver_dir, labeled = label_candidates(spec, layout, strategy, candidates, teacher)
-        kept = ray.data.read_parquet(str(silver_dir))
+        kept = read_silver(silver_dir, labeled)
         if strategy == "kde":
             silver_dir = layout.selected(strategy)
             shutil.rmtree(silver_dir, ignore_errors=True)  # a resumed run selects again
             selected, _ = select(kept, gold_labels, spec.task, spec.seed, spec.sampling.kde_mode, spec.sampling.kde_bins)
-            selected.write_parquet(str(silver_dir))
-            kept = ray.data.read_parquet(str(silver_dir)).filter(expr=col("accepted"))
+            write_silver(selected, silver_dir)
+            kept = accepted_rows(read_silver(silver_dir, labeled))
         histogram = score_histogram(kept, spec.sampling.kde_bins)
         diagnostics = silver_diagnostics(gold_labels, candidates.num_rows, histogram)
         sets[strategy] = SilverSet(strategy, silver_dir, candidates.num_rows, labeled, histogram, diagnostics)
@@ -463,7 +461,7 @@ def given_target_pairs(spec: JobSpec, layout: RunLayout, target: GoldData, teach
     """The target's train pairs as given, labels dropped: de-duplicated, and never a dev or test pair."""
     candidates, counts = given_pairs(target.train, [target.dev, target.test])
     silver_dir, labeled = label_candidates(spec, layout, "given", candidates, teacher)
-    histogram = score_histogram(ray.data.read_parquet(str(silver_dir)), spec.sampling.kde_bins)
+    histogram = score_histogram(read_silver(silver_dir, labeled), spec.sampling.kde_bins)
     reference = train_labels(target)  # the target's gold labels, for the diagnostics only
     diagnostics = silver_diagnostics(reference, candidates.num_rows, histogram)
     return Silver({"given": SilverSet("given", silver_dir, candidates.num_rows, labeled, histogram, diagnostics)}, given_pairs=counts)

@@ -1,6 +1,8 @@
 """Labeling throughput, side by side in one process, and peak memory of `augsbert label` at two sizes.
 
-(a) sentence-transformers CrossEncoder.predict, batch 64 (the reference)
+(a) sentence-transformers CrossEncoder.predict, batch 64 (the reference), and sentence-transformers' own ONNX
+    backend (CrossEncoder(backend="onnx") and its dynamic int8 export) where it loads; where it cannot (it needs
+    the optional optimum-onnx), the output says why
 (b) the labeling engine at fp32 (runtime auto: ONNX Runtime on CPU)   (c) the engine at int8 (ONNX Runtime)
 and, for comparison, the engine at fp32 on torch (`--runtime torch`)
 on STSb-recombined pairs with the packaged MiniLM and a fresh one-logit head (seed 0).
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -112,6 +115,31 @@ def transformer_flops(config, tokens: int, tokens_sq: int) -> float:
     return layers * (2 * (4 * d * d + 2 * d * ff) * tokens + 4 * d * tokens_sq)
 
 
+def sentence_transformers_onnx(model_dir: Path, pairs: list[tuple[str, str]], work: Path) -> dict:
+    """sentence-transformers' ONNX backend at fp32 and its dynamic int8 export: seconds and scores of each, or
+    ``{"unavailable": reason}`` when it cannot load (sentence-transformers[onnx], i.e. optimum-onnx, is not
+    installed, or does not work with the installed transformers)."""
+    from sentence_transformers import CrossEncoder
+
+    own_dir = work / "st_onnx"  # the export writes onnx/ into the model's folder: a copy, not the engine's input
+    shutil.copytree(model_dir, own_dir)
+    try:
+        model = CrossEncoder(str(own_dir), backend="onnx")
+        from sentence_transformers.backend import export_dynamic_quantized_onnx_model
+
+        export_dynamic_quantized_onnx_model(model, "avx2", str(own_dir))
+        int8_model = CrossEncoder(str(own_dir), backend="onnx", model_kwargs={"file_name": "onnx/model_qint8_avx2.onnx"})
+    except Exception as exc:  # noqa: BLE001 - any failure to load is the figure to report
+        return {"unavailable": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
+    measured = {}
+    for name, loaded in (("st_onnx_fp32", model), ("st_onnx_int8", int8_model)):
+        loaded.predict(pairs[:64], batch_size=64, show_progress_bar=False)
+        start = time.perf_counter()
+        scores = loaded.predict(pairs, batch_size=64, show_progress_bar=False)
+        measured[name] = (time.perf_counter() - start, np.asarray(scores))
+    return measured
+
+
 def engine_run(model: str, input_file: Path, output: Path, precision: str, runtime: str = "auto") -> tuple[float, dict]:
     """Seconds of the whole call, and the totals with ``shard_seconds``: the actor's time inside its shards
     (read, tokenize, score, write), which leaves out Ray's start, the model load and the ONNX export."""
@@ -189,6 +217,8 @@ def main() -> None:
     reference = reference_model.predict(pairs, batch_size=64, show_progress_bar=False)
     seconds = {"reference": time.perf_counter() - start}
     del reference_model
+    st_onnx = sentence_transformers_onnx(model_dir, pairs, work)
+    seconds.update({name: measured[0] for name, measured in st_onnx.items() if name != "unavailable"})
 
     seconds["fp32"], totals = engine_run(str(model_dir), pairs_file, work / "fp32", "fp32")
     seconds["int8"], _ = engine_run(str(model_dir), pairs_file, work / "int8", "int8")
@@ -219,6 +249,11 @@ def main() -> None:
         "matmul_peak_gflops_onnxruntime": round(peak_onnxruntime / 1e9, 1),
         "useful_gflops_fp32": round(flops / seconds["fp32"] / 1e9, 1),
         "padding_overhead_fp32": round(totals["padded_tokens"] / totals["tokens"] - 1, 4),
+        **({"st_onnx_unavailable": st_onnx["unavailable"]} if "unavailable" in st_onnx else {
+            "ratio_fp32_vs_st_onnx_fp32": round(rate["fp32"] / rate["st_onnx_fp32"], 3),
+            "max_abs_diff_st_onnx_fp32": float(np.max(np.abs(st_onnx["st_onnx_fp32"][1] - reference))),
+            "spearman_st_onnx_int8": round(float(spearmanr(st_onnx["st_onnx_int8"][1], reference)[0]), 5),
+        }),
         "load_average_1min": [round(load_before, 2), round(load_after, 2)],
         "niceness": os.nice(0),
     }

@@ -1,5 +1,5 @@
 """Real processes, real kills: a Ray Train worker, or the driver, dies mid-fit and the fit resumes from its last
-checkpoint."""
+checkpoint to the weights of a fit that nothing interrupted."""
 
 import json
 import os
@@ -58,50 +58,89 @@ def kill_train_worker_after_checkpoints(storage: Path, killed: list[int], timeou
         time.sleep(0.05)
 
 
+# The fit every test here makes: 400 gold pairs, 8 epochs of 50 steps, a training state every 25 steps.
+FIT_SPEC = {"epochs": 8, "batch_size": 8}
+
+
+def write_train_pairs(data_dir: Path, path: Path) -> Path:
+    pq.write_table(load_gold(DataSpec(train_limit=400), seed=0, data_dir=data_dir).train, path)
+    return path
+
+
+def weights(model_dir: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(model_dir / "model.safetensors"))
+
+
+def assert_same_weights(model_dir: Path, reference_dir: Path) -> None:
+    import torch
+
+    fitted, reference = weights(model_dir), weights(reference_dir)
+    assert fitted.keys() == reference.keys()
+    for name, tensor in reference.items():
+        assert torch.allclose(fitted[name], tensor, rtol=0, atol=1e-6), name
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_fit(ray_session, tiny_model: Path, data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The model the kill tests' fit makes when nothing is killed."""
+    work = tmp_path_factory.mktemp("uninterrupted_fit")
+    train = write_train_pairs(data_dir, work / "train.parquet")
+    metrics = fit_bi_encoder(BiEncoderSpec(model=str(tiny_model), **FIT_SPEC), str(tiny_model), [(str(train), "label")],
+                             TrainingSpec(num_workers=1, cpus_per_worker=1, checkpoint_every=25), 0, work / "ray_train", "ft",
+                             work / "model")
+    assert metrics["steps"] == 400 and metrics["resumed_from_step"] == 0
+    return work / "model"
+
+
 @pytest.mark.slow
-def test_killed_train_worker_resumes_from_checkpoint(ray_session, tiny_model: Path, data_dir: Path, tmp_path: Path) -> None:
-    gold = load_gold(DataSpec(train_limit=400), seed=0, data_dir=data_dir)
-    pq.write_table(gold.train, tmp_path / "train.parquet")
-    spec = BiEncoderSpec(model=str(tiny_model), epochs=8, batch_size=8)  # 50 steps per epoch, 400 in all
+def test_killed_train_worker_resumes_from_checkpoint(uninterrupted_fit: Path, tiny_model: Path, data_dir: Path, tmp_path: Path) -> None:
+    """A worker SIGKILLed mid-fit is restarted by Ray Train (max_failures), goes on from the last training state,
+    and ends with the uninterrupted fit's weights."""
+    train = write_train_pairs(data_dir, tmp_path / "train.parquet")
     resources = TrainingSpec(num_workers=1, cpus_per_worker=1, max_failures=1, checkpoint_every=25)
     storage, killed = tmp_path / "ray_train", []
     killer = threading.Thread(target=kill_train_worker_after_checkpoints, args=(storage, killed))
     killer.start()
     metrics = fit_bi_encoder(
-        spec, str(tiny_model), [(str(tmp_path / "train.parquet"), "label")], resources, 0, storage, "ft", tmp_path / "model"
+        BiEncoderSpec(model=str(tiny_model), **FIT_SPEC), str(tiny_model), [(str(train), "label")], resources, 0, storage, "ft",
+        tmp_path / "model",
     )
     killer.join()
     assert killed, "no Ray Train worker was killed"
     assert metrics["steps"] == 400  # finished
     assert 25 <= metrics["resumed_from_step"] < 400  # continued from a checkpoint, did not start over
-    assert (tmp_path / "model" / "model.safetensors").is_file()
+    assert_same_weights(tmp_path / "model", uninterrupted_fit)
 
 
 # A driver that fits like the pipeline does, in its own process, on the test session's Ray.
 DRIVER = """
+import json
 import sys
 from pathlib import Path
 from augsbert_ray.config import BiEncoderSpec, TrainingSpec
 from augsbert_ray.runtime import init_ray
 from augsbert_ray.training import fit_bi_encoder
-model, train, storage, out = sys.argv[2:]
+model, train, storage, out = sys.argv[2:6]
 init_ray(sys.argv[1])  # the session's Ray listens on 127.0.0.1: a driver joining it must register there too
-fit_bi_encoder(BiEncoderSpec(model=model, epochs=8, batch_size=8), model, [(train, "label")],
+fit_bi_encoder(BiEncoderSpec(model=model, **json.loads(sys.argv[6])), model, [(train, "label")],
                TrainingSpec(num_workers=1, cpus_per_worker=1, checkpoint_every=25), 0, Path(storage), "ft", Path(out))
 """
 
 
 @pytest.mark.slow
 def test_killed_driver_resumes_from_checkpoint_in_a_new_driver(
-    ray_session, tiny_model: Path, data_dir: Path, tmp_path: Path
+    ray_session, uninterrupted_fit: Path, tiny_model: Path, data_dir: Path, tmp_path: Path
 ) -> None:
     """What `augsbert run --resume` relies on: a fit under the same storage and name goes on from the killed
-    driver's last training state; once that fit has finished, a further one starts from the beginning."""
-    gold = load_gold(DataSpec(train_limit=400), seed=0, data_dir=data_dir)
-    pq.write_table(gold.train, train := tmp_path / "train.parquet")
+    driver's last training state to the uninterrupted fit's weights; once that fit has finished, a further one
+    starts from the beginning."""
+    train = write_train_pairs(data_dir, tmp_path / "train.parquet")
     storage, model_dir = tmp_path / "ray_train", tmp_path / "model"
     address = ray_session.get_runtime_context().gcs_address
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER, address, str(tiny_model), str(train), str(storage), str(model_dir)])
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, address, str(tiny_model), str(train), str(storage), str(model_dir),
+                               json.dumps(FIT_SPEC)])
     try:
         assert wait_for_a_checkpoint(storage), "the first driver registered no checkpoint"
     finally:
@@ -111,13 +150,13 @@ def test_killed_driver_resumes_from_checkpoint_in_a_new_driver(
 
     def fit_again() -> dict:
         return fit_bi_encoder(
-            BiEncoderSpec(model=str(tiny_model), epochs=8, batch_size=8), str(tiny_model), [(str(train), "label")],
+            BiEncoderSpec(model=str(tiny_model), **FIT_SPEC), str(tiny_model), [(str(train), "label")],
             TrainingSpec(num_workers=1, cpus_per_worker=1, checkpoint_every=25), 0, storage, "ft", model_dir,
         )
 
     metrics = fit_again()
     assert metrics["steps"] == 400 and 25 <= metrics["resumed_from_step"] < 400
-    assert (model_dir / "model.safetensors").is_file()
+    assert_same_weights(model_dir, uninterrupted_fit)
     assert registered_checkpoints(storage) == 1  # CheckpointConfig(num_to_keep=1): the final model
     on_disk = len(list((storage / "ft").glob("checkpoint_*")))  # and any the killed driver wrote but never registered
     metrics = fit_again()  # the latest checkpoint is a final model, not a training state

@@ -1,9 +1,18 @@
+import contextlib
+import io
 import json
 import math
+import os
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -15,26 +24,36 @@ from augsbert_ray.resume import comparable_spec
 
 STRATEGIES = {"bm25": "augsbert_bm25", "random": "augsbert_rs", "kde": "augsbert_kde", "semantic": "augsbert_ss"}
 MODELS = ("cross_encoder", "sbert", *STRATEGIES.values(), "zero_shot", "jaccard")
+JOB = "jobs/stsb_indomain_bm25.yaml"
+
+
+def tiny_run_settings(tiny_model: Path, output_dir: Path, name: str) -> list[str]:
+    """Every strategy on 300 gold pairs with the tiny BERT as each model; 500-pair shards (the KDE pool has six)."""
+    settings = [
+        "data.train_limit=300", f"cross_encoder.model={tiny_model}", f"bi_encoder.model={tiny_model}",
+        f"evaluation.zero_shot_model={tiny_model}", "cross_encoder.epochs=1", f"output_dir={output_dir}", f"name={name}",
+        "sampling.strategies=[bm25, random, kde, semantic]", "sampling.kde_pool=3000", "labeling.shard_rows=500",
+    ]
+    return [item for setting in settings for item in ("--set", setting)]
+
+
+@pytest.fixture(scope="module")
+def whole_run(ray_session, tiny_model: Path, data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One uninterrupted tiny run in this session's Ray: its directory and what it printed."""
+    output_dir = tmp_path_factory.mktemp("whole_run")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["run", JOB, "--data-dir", str(data_dir), *tiny_run_settings(tiny_model, output_dir, "tiny")]) == 0
+    (run_dir,) = output_dir.glob("tiny-*")
+    return run_dir, printed.getvalue()
 
 
 @pytest.mark.slow
-def test_whole_run_on_a_tiny_model(ray_session, tiny_model: Path, data_dir: Path, tmp_path: Path, capsys) -> None:
-    overrides = [
-        "data.train_limit=300",
-        f"cross_encoder.model={tiny_model}",
-        f"bi_encoder.model={tiny_model}",
-        f"evaluation.zero_shot_model={tiny_model}",
-        "cross_encoder.epochs=1",
-        f"output_dir={tmp_path}",
-        "name=tiny",
-        "sampling.strategies=[bm25, random, kde, semantic]",
-        "sampling.kde_pool=3000",
-    ]
-    args = ["run", "jobs/stsb_indomain_bm25.yaml", "--data-dir", str(data_dir)]
-    for override in overrides:
-        args += ["--set", override]
-    assert main(args) == 0
-    (run_dir,) = tmp_path.glob("tiny-*")
+def test_whole_run_on_a_tiny_model(whole_run: tuple[Path, str], tiny_model: Path, data_dir: Path) -> None:
+    run_dir, printed = whole_run
+    tmp_path = run_dir.parent
+
+
 
     for name in ("spec.yaml", "metrics.json", "report.md", "score_density.png", "rejects.jsonl"):
         assert (run_dir / name).is_file(), name
@@ -76,39 +95,16 @@ def test_whole_run_on_a_tiny_model(ray_session, tiny_model: Path, data_dir: Path
     report = (run_dir / "report.md").read_text()
     for title in ("Cross-encoder", "SBERT (gold only)", "AugSBERT-BM25", "AugSBERT-RS", "Zero-shot", "Jaccard"):
         assert title in report
-    assert "run directory" in capsys.readouterr().out
-
-    # Resume after a kill: the KDE and SS fits and everything after them never happened.
+    assert f"run directory: {run_dir}" in printed
     progress = json.loads((run_dir / "progress.json").read_text())
-    assert set(progress) == {"cross_encoder", "sbert", *STRATEGIES.values()}
     assert {name: record["trained_on"] for name, record in progress.items()} == trained
-    for name in ("augsbert_kde", "augsbert_ss"):
-        del progress[name]
-    (run_dir / "progress.json").write_text(json.dumps(progress))
-    (run_dir / "metrics.json").unlink()
-    modified = {name: (run_dir / "models" / name / "model.safetensors").stat().st_mtime_ns for name in ("cross_encoder", "augsbert_kde")}
-    assert main(["run", str(run_dir / "spec.yaml"), "--resume", str(run_dir)]) == 2  # the spec comes from the run
-    # training states and resources may change for the rest of the run: they do not change what it computes
-    resume_settings = ["training.checkpoint_every=20", "labeling.threads_per_actor=1"]
-    assert main(["run", "--resume", str(run_dir), "--data-dir", str(data_dir), *(f"--set={s}" for s in resume_settings)]) == 0
-    assert list(tmp_path.glob("tiny-*")) == [run_dir]
-    resumed = json.loads((run_dir / "metrics.json").read_text())
-    assert set(resumed["reused_fits"]) == {"cross_encoder", "sbert", "augsbert_bm25", "augsbert_rs"}
-    assert (run_dir / "models" / "cross_encoder" / "model.safetensors").stat().st_mtime_ns == modified["cross_encoder"]
-    assert (run_dir / "models" / "augsbert_kde" / "model.safetensors").stat().st_mtime_ns != modified["augsbert_kde"]
-    assert resumed["counts"] == counts  # gold and silver made again are the first attempt's; nothing labeled twice
-    assert pq.read_table(run_dir / "silver" / "kde").num_rows == 3000
-    snapshot = json.loads((run_dir / "ray_train" / "augsbert_kde" / "checkpoint_manager_snapshot.json").read_text())
-    assert snapshot["current_report_index"] > 1  # training states were saved before the final model ...
-    assert len(snapshot["checkpoint_results"]) == 1  # ... and deleted: only the final model is kept
-    assert resumed["test"]["cross_encoder"] == metrics["test"]["cross_encoder"]
-    assert main(["run", "--resume", str(run_dir)]) == 2  # finished now
-    assert "has finished" in capsys.readouterr().err
+    snapshot = json.loads((run_dir / "ray_train" / "cross_encoder" / "checkpoint_manager_snapshot.json").read_text())
+    assert len(snapshot["checkpoint_results"]) == 1  # only the final model is kept
 
     # A later run that takes this run's teacher (cross_encoder.trained) fits none and labels as this run did.
     teacher = ["--set", f"cross_encoder.trained={run_dir / 'models' / 'cross_encoder'}", "--set", "name=tiny_teacher",
                "--set", "sampling.strategies=[bm25]"]
-    assert main([*args, *teacher]) == 0
+    assert main(["run", JOB, "--data-dir", str(data_dir), *tiny_run_settings(tiny_model, tmp_path, "tiny"), *teacher]) == 0
     (taught_dir,) = tmp_path.glob("tiny_teacher-*")
     assert not (taught_dir / "ray_train" / "cross_encoder").exists()
     taught = json.loads((taught_dir / "metrics.json").read_text())
@@ -120,6 +116,79 @@ def test_whole_run_on_a_tiny_model(ray_session, tiny_model: Path, data_dir: Path
                       key=lambda row: (row["sentence1"], row["sentence2"]))
 
     assert bm25_scores(taught_dir) == bm25_scores(run_dir)
+
+
+def kill_tree(process: subprocess.Popen) -> None:
+    """SIGKILL a command and every process under it: the driver, its embedded Ray's services, actors and workers."""
+    tree = [psutil.Process(process.pid)]
+    tree += tree[0].children(recursive=True)
+    for member in tree:
+        with contextlib.suppress(psutil.Error):
+            member.kill()
+    process.wait()
+    psutil.wait_procs(tree, timeout=30)
+
+
+def start_augsbert(args: list[str], log: Path, ray_tmpdir: str) -> subprocess.Popen:
+    """`augsbert ARGS` in its own process with its own embedded Ray, as a user starts it."""
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "RAY_TMPDIR": ray_tmpdir}
+    with log.open("w") as out:
+        return subprocess.Popen([sys.executable, "-m", "augsbert_ray.cli", *args], stdout=out, stderr=subprocess.STDOUT, env=env)
+
+
+def wait_until(condition, process: subprocess.Popen, log: Path, timeout: float = 900) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert process.poll() is None, f"augsbert exited {process.returncode} first:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"timed out:\n{log.read_text()[-3000:]}"
+        time.sleep(0.02)
+
+
+def registered_checkpoints(run_dir: Path, name: str) -> int:
+    try:
+        return len(json.loads((run_dir / "ray_train" / name / "checkpoint_manager_snapshot.json").read_text())["checkpoint_results"])
+    except (OSError, ValueError, KeyError):
+        return 0  # not yet written, or being written
+
+
+@pytest.mark.slow
+def test_a_run_killed_while_labeling_and_while_fitting_resumes_to_the_uninterrupted_result(
+    whole_run: tuple[Path, str], tiny_model: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    """`augsbert run` is SIGKILLed with its whole process tree (driver and embedded Ray) once while it labels and
+    once while it fits a bi-encoder; `augsbert run --resume` then finishes it. Its metrics equal the uninterrupted
+    run's, no shard is labeled twice, and the killed fit goes on from its last training state."""
+    reference = json.loads((whole_run[0] / "metrics.json").read_text())
+    ray_tmpdir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # AF_UNIX socket paths must stay short
+    settings = tiny_run_settings(tiny_model, tmp_path, "killed")
+    # training states every 20 steps (a resume setting: what the run computes does not change)
+    first = start_augsbert(["run", JOB, "--data-dir", str(data_dir), *settings, "--set", "training.checkpoint_every=20"],
+                           tmp_path / "first.log", ray_tmpdir)
+    wait_until(lambda: any(tmp_path.glob("killed-*/silver/kde_pool/part-*.parquet")), first, tmp_path / "first.log")
+    kill_tree(first)
+    (run_dir,) = tmp_path.glob("killed-*")
+    pool = run_dir / "silver" / "kde_pool"
+    planned = json.loads((pool / "_manifest.json").read_text())["shards"]
+    assert 1 <= len(list(pool.glob("part-*.parquet"))) < len(planned) == 6, "the kill did not land while labeling"
+    labeled_before = {path: path.stat().st_mtime_ns for path in (run_dir / "silver").glob("*/part-*.parquet")}
+
+    second = start_augsbert(["run", "--resume", str(run_dir), "--data-dir", str(data_dir)], tmp_path / "second.log", ray_tmpdir)
+    wait_until(lambda: registered_checkpoints(run_dir, "augsbert_bm25") >= 1, second, tmp_path / "second.log")
+    kill_tree(second)
+    assert "augsbert_bm25" not in json.loads((run_dir / "progress.json").read_text()), "the kill did not land while fitting"
+
+    third = start_augsbert(["run", "--resume", str(run_dir), "--data-dir", str(data_dir)], tmp_path / "third.log", ray_tmpdir)
+    assert third.wait(timeout=900) == 0, (tmp_path / "third.log").read_text()[-3000:]
+    assert re.search(r"resuming from step (20|40|60)\b", (tmp_path / "third.log").read_text())
+
+    resumed = json.loads((run_dir / "metrics.json").read_text())
+    assert resumed["counts"] == reference["counts"]
+    for split in ("dev", "test"):
+        assert resumed[split] == pytest.approx(reference[split], abs=1e-6), split
+    assert set(resumed["reused_fits"]) == {"cross_encoder", "sbert"}  # the third attempt fitted the AugSBERT models
+    assert {path: path.stat().st_mtime_ns for path in labeled_before} == labeled_before  # no shard labeled again
+    assert main(["run", "--resume", str(run_dir)]) == 2  # finished now
+    shutil.rmtree(ray_tmpdir, ignore_errors=True)
 
 
 def test_a_resumed_run_may_change_resources_but_not_what_it_computes() -> None:

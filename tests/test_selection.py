@@ -5,7 +5,7 @@ import ray.data
 from ray.data.expressions import col
 from scipy.stats import gaussian_kde
 
-from augsbert_ray.selection import kl_divergence, score_histogram, select, silver_diagnostics
+from augsbert_ray.selection import accepted_rows, kl_divergence, score_histogram, select, silver_diagnostics
 from augsbert_ray.selection.diagnostics import high_similarity_share
 
 
@@ -26,9 +26,13 @@ def kept_rows(ds: ray.data.Dataset) -> set[tuple[str, str]]:
 
 @pytest.mark.slow
 def test_kept_set_is_the_same_under_any_block_split(ray_session) -> None:
+    """The same rows are kept from Datasets of any block count and from one table in this process (the path of
+    silver sets up to IN_PROCESS_ROWS), with the same histogram."""
     table, gold = synthetic_silver(4000), gold_labels()
     kept = [kept_rows(select(ray.data.from_arrow(table).repartition(blocks), gold, "regression", seed=3)[0]) for blocks in (1, 4, 16)]
-    assert kept[0] == kept[1] == kept[2]
+    in_process, _ = select(table, gold, "regression", seed=3)
+    assert kept[0] == kept[1] == kept[2] == set(zip(*accepted_rows(in_process).select(["sentence1", "sentence2"]).to_pydict().values()))
+    assert np.array_equal(score_histogram(table, 100), score_histogram(ray.data.from_arrow(table).repartition(4), 100))
     assert 0 < len(kept[0]) < 4000
     other_seed = kept_rows(select(ray.data.from_arrow(table).repartition(4), gold, "regression", seed=4)[0])
     assert other_seed != kept[0]

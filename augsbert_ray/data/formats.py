@@ -12,10 +12,11 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from augsbert_ray.config import SpecError, is_text_type
+from augsbert_ray.config import SUFFIX_FORMATS, SpecError, is_text_type
 
+# what `augsbert label` and sentence files read (gold files also take tsv and the named formats)
 FORMATS = ("parquet", "csv", "jsonl")
-SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}
+SUFFIXES = {suffix: fmt for suffix, fmt in SUFFIX_FORMATS.items() if fmt in FORMATS}
 
 
 def input_format(files: list[str], fmt: str | None) -> str:

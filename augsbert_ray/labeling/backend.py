@@ -9,6 +9,11 @@ was much closer to fp32. Per-tensor int8 activations lose the most on BERT's out
 al., 2021), so before quantizing, each linear layer's input channels are smoothed (SmoothQuant, Xiao et al.,
 2023) with activation maxima measured on calibration pairs from the job's input, and the FFN output
 projections, whose inputs carry the largest outliers, stay fp32.
+
+The export is this module's own rather than sentence-transformers' ``CrossEncoder(backend="onnx")`` and
+``export_dynamic_quantized_onnx_model``: those need optimum-onnx, whose only release (0.1.0) requires
+transformers < 4.58 while sentence-transformers 6.2 requires transformers >= 5 (huggingface/optimum-onnx#114), so
+they cannot run beside this stack; bench/label_throughput.py tries them and prints why.
 """
 
 from __future__ import annotations

@@ -67,6 +67,8 @@ class LabelJob:
         labeler: the provenance written into every silver pair; default ``teacher.labeler``.
         text_columns: the two sentence columns of the input.
         strategy: the ``strategy`` value of pairs whose input has no such column.
+        onnx_cache: where the teacher's fp32 ONNX export is kept, e.g. one directory for several outputs of the same
+            teacher; default ``output/_onnx``. (An int8 export is calibrated on its input, so it stays in its output.)
     """
 
     teacher: Teacher
@@ -74,6 +76,7 @@ class LabelJob:
     labeler: str = ""
     text_columns: tuple[str, str] = ("sentence1", "sentence2")
     strategy: str = "given"
+    onnx_cache: Path | None = None
 
     def __post_init__(self) -> None:
         self.labeler = self.labeler or self.teacher.labeler
@@ -266,6 +269,7 @@ def _pipeline(pending: list[Shard], output: Path, job: LabelJob, calibration: li
             "threads": spec.threads_per_actor or max(1, int(spec.cpus_per_actor)),
             "precision": spec.precision, "runtime": spec.runtime, "max_seq_length": spec.max_seq_length, "strategy": job.strategy,
             "calibration": calibration,
+            "onnx_cache": str(output / "_onnx" if job.onnx_cache is None or spec.precision == "int8" else job.onnx_cache),
         },
         batch_size=1,
         batch_format="numpy",

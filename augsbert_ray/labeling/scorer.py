@@ -152,13 +152,13 @@ class ShardLabeler:
     def __init__(
         self, shards: list[Shard], output: str, teacher: Teacher, labeler: str, text_columns: tuple[str, str],
         batch_size: int, threads: int, precision: str, runtime: str, max_seq_length: int | None, strategy: str,
-        calibration: list[tuple[str, str]] | None = None,
+        onnx_cache: str, calibration: list[tuple[str, str]] | None = None,
     ) -> None:
         self.shards = {shard.name: shard for shard in shards}
         self.output = Path(output)
         self.teacher = teacher
         self.scorers = [
-            PairScorer(PairModel(m.model, precision, threads, max_seq_length, self.output / "_onnx", runtime, calibration), batch_size)
+            PairScorer(PairModel(m.model, precision, threads, max_seq_length, Path(onnx_cache), runtime, calibration), batch_size)
             if m.kind == "cross_encoder" else EmbeddingScorer(EmbeddingModel(m.model, precision, threads, max_seq_length), batch_size)
             for m in teacher.members
         ]

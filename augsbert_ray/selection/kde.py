@@ -10,21 +10,32 @@ Classification: keep every positive (score >= 0.5) and the share of negatives th
 gold negative/positive ratio.
 
 Each row is accepted when a hash of (seed, pair) falls below its Q, so the kept set does not depend
-on how Ray splits the data into blocks.
+on how Ray splits the data into blocks, or whether it is one table in the driver: a silver set small enough
+(``IN_PROCESS_ROWS``) is counted and selected in the calling process, where Ray Data's tasks and shuffle would
+cost more than the work.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import ray.data
+from ray.data.expressions import col
 from scipy.stats import gaussian_kde
 
 from augsbert_ray.config import TaskType
 
 GRID = np.linspace(0.0, 1.0, 501)
+# Silver sets up to this many rows are read, counted and selected in the calling process (a few hundred MB at most).
+IN_PROCESS_ROWS = 1_000_000
+# A silver set: a Ray Dataset, or a table in this process.
+SilverRows = ray.data.Dataset | pa.Table
 
 
 @dataclass(frozen=True)
@@ -41,12 +52,37 @@ class AcceptanceCurve:
         return np.interp(np.clip(scores, 0.0, 1.0), GRID, self.q_grid)
 
 
-def score_histogram(silver: ray.data.Dataset, bins: int, column: str = "score") -> np.ndarray:
-    """Counts of silver scores in ``bins`` equal bins over [0,1], summed across blocks on the workers."""
+def read_silver(directory: Path, rows: int) -> SilverRows:
+    """The Parquet files of a silver directory: one table when ``rows`` is at most IN_PROCESS_ROWS, else a Dataset."""
+    return pq.read_table(directory) if rows <= IN_PROCESS_ROWS else ray.data.read_parquet(str(directory))
+
+
+def write_silver(silver: SilverRows, directory: Path) -> None:
+    """Into a new ``directory``, as Parquet files."""
+    if isinstance(silver, pa.Table):
+        directory.mkdir(parents=True)
+        pq.write_table(silver, directory / "part-00000.parquet")
+    else:
+        silver.write_parquet(str(directory))
+
+
+def accepted_rows(selected: SilverRows) -> SilverRows:
+    return selected.filter(pc.field("accepted")) if isinstance(selected, pa.Table) else selected.filter(expr=col("accepted"))
+
+
+def bin_counts(scores: np.ndarray, bins: int) -> np.ndarray:
+    counts, _ = np.histogram(np.clip(scores, 0.0, 1.0), bins=bins, range=(0.0, 1.0))
+    return counts
+
+
+def score_histogram(silver: SilverRows, bins: int, column: str = "score") -> np.ndarray:
+    """Counts of silver scores in ``bins`` equal bins over [0,1]: of a table here, of a Dataset summed across
+    blocks on the workers."""
+    if isinstance(silver, pa.Table):
+        return bin_counts(silver.column(column).to_numpy(), bins).astype(np.int64)
 
     def count(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        hist, _ = np.histogram(np.clip(batch[column], 0.0, 1.0), bins=bins, range=(0.0, 1.0))
-        return {"bin": np.arange(bins), "count": hist}
+        return {"bin": np.arange(bins), "count": bin_counts(batch[column], bins)}
 
     rows = silver.map_batches(count, batch_format="numpy").groupby("bin").sum("count").take_all()
     counts = np.zeros(bins, dtype=np.int64)
@@ -110,20 +146,26 @@ def pair_uniforms(sentences1: np.ndarray, sentences2: np.ndarray, seed: int) -> 
     return out
 
 
-def mark_accepted(silver: ray.data.Dataset, curve: AcceptanceCurve, seed: int) -> ray.data.Dataset:
+def mark_accepted(silver: SilverRows, curve: AcceptanceCurve, seed: int) -> SilverRows:
     """Add the boolean `accepted` column; rows are kept, so counts before and after selection add up."""
 
+    def accepted(sentences1: np.ndarray, sentences2: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        return pair_uniforms(sentences1, sentences2, seed) < curve.probability(scores.astype(np.float64))
+
+    if isinstance(silver, pa.Table):
+        columns = (silver.column(name).to_numpy(zero_copy_only=False) for name in ("sentence1", "sentence2", "score"))
+        return silver.append_column("accepted", pa.array(accepted(*columns), pa.bool_()))
+
     def accept(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        draws = pair_uniforms(batch["sentence1"], batch["sentence2"], seed)
-        batch["accepted"] = draws < curve.probability(batch["score"].astype(np.float64))
+        batch["accepted"] = accepted(batch["sentence1"], batch["sentence2"], batch["score"])
         return batch
 
     return silver.map_batches(accept, batch_format="numpy")
 
 
 def select(
-    silver: ray.data.Dataset, gold_labels: np.ndarray, task: TaskType, seed: int, mode: str = "paper", bins: int = 100
-) -> tuple[ray.data.Dataset, AcceptanceCurve]:
+    silver: SilverRows, gold_labels: np.ndarray, task: TaskType, seed: int, mode: str = "paper", bins: int = 100
+) -> tuple[SilverRows, AcceptanceCurve]:
     """Mark which silver rows KDE (regression) or class-ratio (classification) selection keeps."""
     counts = score_histogram(silver, bins)
     curve = classification_curve(gold_labels, counts) if task == "classification" else regression_curve(gold_labels, counts, mode)

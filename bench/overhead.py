@@ -1,0 +1,208 @@
+"""What Ray costs on one machine: the engine against the same work without Ray, side by side and interleaved.
+
+(1) Labeling, whole command: `augsbert label` (embedded Ray, one actor with 2 CPUs, ONNX Runtime fp32, batch 64)
+    against `bench/overhead.py --plain-loop` (the same PairModel and PairScorer in one process, windows of 4,096
+    pairs), both timed from process start to exit, on 2,000 and 20,000 random STSb pairs with MiniLM and a fresh
+    one-logit head (seed 0); peak PSS of each process tree (sampled every 0.25 s); the two commands' scores compared.
+(2) BM25 top-5 over 100,000 edited STSb/BWS sentences: augsbert_ray.sampling.sample_bm25 against plain bm25s (numba
+    backend, one index, every sentence a query, the same search depth), with the identical candidate set checked.
+
+Ratios are speeds: engine / plain >= 1 means the engine is as fast. Each pair of runs alternates its order.
+
+    .venv/bin/python bench/overhead.py                       # the figures in docs/BENCHMARKS.md
+    .venv/bin/python bench/overhead.py --sizes 2000 --repeats 1 --bm25-sentences 10000   # a quick check
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+THREADS = 2  # this machine's cores: the engine's one actor reserves both, the plain loop runs on both
+BATCH = 64
+WINDOW = 4096  # the engine's window (labeling.scorer.WINDOW)
+
+
+def plain_loop(input_file: Path, output: Path, model: str) -> None:
+    """The engine's scorer with no Ray: read windows, score, write one Parquet file (what a user would write)."""
+    from augsbert_ray.labeling.backend import PairModel
+    from augsbert_ray.labeling.scorer import COUNT_KEYS, PairScorer
+
+    scorer = PairScorer(PairModel(model, "fp32", THREADS, None, output / "_onnx", "auto"), BATCH)
+    stats = dict.fromkeys(COUNT_KEYS, 0)
+    output.mkdir(parents=True, exist_ok=True)
+    writer = None
+    for batch in pq.ParquetFile(input_file).iter_batches(batch_size=WINDOW):
+        table = pa.Table.from_batches([batch])
+        scores = scorer.score(table.column("sentence1").to_pylist(), table.column("sentence2").to_pylist(), stats)
+        table = table.append_column("score", pa.array(scores, pa.float32()))
+        writer = writer or pq.ParquetWriter(output / "scores.parquet", table.schema)
+        writer.write_table(table)
+    if writer is not None:
+        writer.close()
+
+
+def tree_pss(root: psutil.Process) -> int:
+    """Proportional set size of a process and all its descendants: shared pages counted once in all."""
+    total = 0
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            total += process.memory_full_info().pss
+        except psutil.Error:
+            pass
+    return total
+
+
+def timed_command(command: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Seconds from start to exit, and the peak PSS of the process tree in MB."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
+    root, peak = psutil.Process(process.pid), 0
+    while process.poll() is None:
+        try:
+            peak = max(peak, tree_pss(root))
+        except psutil.Error:
+            pass
+        time.sleep(0.25)
+    seconds = time.perf_counter() - start
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {process.returncode}: {process.stderr.read()[-2000:]}")
+    return seconds, peak / 2**20
+
+
+def scores_by_id(path: Path) -> np.ndarray:
+    return pq.read_table(path, columns=["pair_id", "score"]).sort_by("pair_id").column("score").to_numpy()
+
+
+def labeling(sizes: list[int], repeats: int, data_dir: Path, work: Path) -> dict:
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    from augsbert_ray.models import resolve_model
+
+    from label_throughput import recombined_pairs, stsb_sentences  # bench/ is this script's directory
+
+    torch.manual_seed(0)
+    model = work / "minilm_fresh_head"
+    CrossEncoder(resolve_model("minilm"), num_labels=1).save_pretrained(str(model))
+    env = {**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="ray", dir="/tmp")}
+    sentences = stsb_sentences(data_dir)
+    results = {}
+    for size in sizes:
+        pairs = work / f"pairs_{size}.parquet"
+        pq.write_table(recombined_pairs(sentences, size, seed=0), pairs)
+        runs: dict[str, list[tuple[float, float]]] = {"engine": [], "plain": []}
+        for repeat in range(repeats):
+            commands = {
+                "engine": [sys.executable, "-m", "augsbert_ray.cli", "label", "--model", str(model), "--input", str(pairs),
+                           "--output", str(work / f"engine_{size}_{repeat}"), "--cpus-per-actor", str(THREADS),
+                           "--batch-size", str(BATCH)],
+                "plain": [sys.executable, str(Path(__file__).resolve()), "--plain-loop", str(pairs),
+                          str(work / f"plain_{size}_{repeat}"), str(model)],
+            }
+            for name in (("plain", "engine") if repeat % 2 == 0 else ("engine", "plain")):
+                runs[name].append(timed_command(commands[name], env))
+                print(f"{size} pairs, {name}: {runs[name][-1][0]:.1f} s, peak PSS {runs[name][-1][1]:.0f} MB", flush=True)
+        engine_scores = scores_by_id(work / f"engine_{size}_0")
+        plain_scores = scores_by_id(work / f"plain_{size}_0" / "scores.parquet")
+        speed = [plain[0] / engine[0] for plain, engine in zip(runs["plain"], runs["engine"])]
+        memory = [engine[1] / plain[1] for plain, engine in zip(runs["plain"], runs["engine"])]
+        results[str(size)] = {
+            "seconds": {name: [round(s, 2) for s, _ in measured] for name, measured in runs.items()},
+            "peak_pss_mb": {name: [round(m, 1) for _, m in measured] for name, measured in runs.items()},
+            "speed_engine_over_plain": [round(r, 3) for r in speed],
+            "speed_median": round(statistics.median(speed), 3),
+            "pss_engine_over_plain_median": round(statistics.median(memory), 3),
+            "max_abs_score_diff": float(np.max(np.abs(engine_scores - plain_scores))),
+        }
+    return results
+
+
+def bm25(sentence_count: int, repeats: int, data_dir: Path) -> dict:
+    import bm25s
+
+    from augsbert_ray.sampling import SentencePool, sample_bm25
+    from augsbert_ray.sampling.neighbours import search_depth, top_k_pairs
+
+    from corpus import edited_corpus
+
+    pool = SentencePool(edited_corpus(sentence_count, data_dir=data_dir))
+    none = np.zeros(0, dtype=np.int64)
+    depth = search_depth(pool, 5, none)
+
+    def project() -> np.ndarray:
+        return sample_bm25(pool, 5, none, cpus=THREADS)[0]
+
+    def plain() -> np.ndarray:
+        tokens = bm25s.tokenize(pool.sentences, stopwords="en", show_progress=False)
+        retriever = bm25s.BM25(backend="numba")
+        retriever.index(tokens, show_progress=False)
+        docs, scores = retriever.retrieve(tokens, k=depth, show_progress=False, n_threads=THREADS)
+        return top_k_pairs(pool, docs.astype(np.int64), scores.astype(np.float32), 5, none)[0]
+
+    sample = pool.sentences[:2000]
+    bm25s.BM25(backend="numba").index(bm25s.tokenize(sample, show_progress=False), show_progress=False)
+    sample_bm25(SentencePool(sample), 5, none)  # numba compiles its retrieval once per process: not timed for either
+    timings: dict[str, list[float]] = {"project": [], "plain": []}
+    candidates = {}
+    for repeat in range(repeats):
+        for name, run in ((("plain", plain), ("project", project)) if repeat % 2 == 0 else (("project", project), ("plain", plain))):
+            start = time.perf_counter()
+            candidates[name] = np.sort(run())
+            timings[name].append(time.perf_counter() - start)
+            print(f"BM25 over {sentence_count} sentences, {name}: {timings[name][-1]:.1f} s", flush=True)
+    speed = [p / q for p, q in zip(timings["plain"], timings["project"])]
+    return {
+        "sentences": sentence_count,
+        "seconds": {name: [round(s, 2) for s in values] for name, values in timings.items()},
+        "speed_project_over_plain": [round(r, 3) for r in speed],
+        "speed_median": round(statistics.median(speed), 3),
+        "candidates": int(len(candidates["project"])),
+        "identical_candidates": bool(np.array_equal(candidates["project"], candidates["plain"])),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="2000,20000", help="pair counts to label (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each side per size (default: %(default)s)")
+    parser.add_argument("--bm25-sentences", type=int, default=100_000, help="BM25 corpus size; 0 skips (default: %(default)s)")
+    parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
+    parser.add_argument("--out", type=Path, help="write the figures as JSON here (e.g. bench/results/overhead.json)")
+    parser.add_argument("--plain-loop", nargs=3, metavar=("INPUT", "OUTPUT", "MODEL"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.plain_loop:
+        plain_loop(Path(args.plain_loop[0]), Path(args.plain_loop[1]), args.plain_loop[2])
+        return
+
+    work = Path(tempfile.mkdtemp(prefix="overhead_"))
+    load_before = os.getloadavg()[0]
+    results = {"labeling": labeling([int(n) for n in args.sizes.split(",")], args.repeats, args.data_dir, work)}
+    if args.bm25_sentences:
+        results["bm25"] = bm25(args.bm25_sentences, args.repeats, args.data_dir)
+    results["load_average_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    print(json.dumps(results, indent=1))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+        print(f"written: {args.out}; work dir {work}")
+
+
+if __name__ == "__main__":
+    main()
