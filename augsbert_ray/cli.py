@@ -567,14 +567,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except Exception as exc:
-        failure = ray_failure(exc)
+        from augsbert_ray.labeling.engine import LabelerFailure
+
+        here = isinstance(exc, LabelerFailure)  # `augsbert label` without Ray: its labeler failed in this process
+        failure = (str(exc), 1) if here else ray_failure(exc)
         if failure is None and not isinstance(exc, USER_ERRORS):
             raise
         if failure is not None and args.verbose:
             traceback.print_exception(exc)
         message, status = failure or (str(exc), 2)
         if status == 1 and not args.verbose:
-            message += " (rerun with -v for Ray's traceback)"
+            message += " (rerun with -v for the traceback)" if here else " (rerun with -v for Ray's traceback)"
         print(f"augsbert {args.command}: error: {message}", file=sys.stderr)
         return status
 

@@ -1,9 +1,11 @@
 """What Ray costs on one machine: the engine against the same work without Ray, side by side and interleaved.
 
-(1) Labeling, whole command: `augsbert label` (embedded Ray, one actor with 2 CPUs, ONNX Runtime fp32, batch 64)
-    against `bench/overhead.py --plain-loop` (the same PairModel and PairScorer in one process, windows of 4,096
-    pairs), both timed from process start to exit, on 2,000 and 20,000 random STSb pairs with MiniLM and a fresh
-    one-logit head (seed 0); peak PSS of each process tree (sampled every 0.25 s); the two commands' scores compared.
+(1) Labeling, whole command: `augsbert label` with its defaults (one CPU actor with 2 CPUs, ONNX Runtime fp32,
+    batch 64: the labeler runs in the command's own process, no Ray), the same on an embedded Ray's actor pool
+    (`--actors 1:2`; with 2 CPUs per actor on 2 cores, one actor runs), and `bench/overhead.py --plain-loop` (the
+    same PairModel and PairScorer in a plain loop, windows of 4,096 pairs), each timed from process start to exit,
+    on 2,000 and 20,000 random STSb pairs with MiniLM and a fresh one-logit head (seed 0); peak PSS of each
+    process tree (sampled every 0.25 s); the commands' scores compared.
 (2) BM25 top-5 over 100,000 edited STSb/BWS sentences: augsbert_ray.sampling.sample_bm25 against plain bm25s (numba
     backend, one index, every sentence a query, the same search depth), with the identical candidate set checked.
 
@@ -107,30 +109,34 @@ def labeling(sizes: list[int], repeats: int, data_dir: Path, work: Path) -> dict
     for size in sizes:
         pairs = work / f"pairs_{size}.parquet"
         pq.write_table(recombined_pairs(sentences, size, seed=0), pairs)
-        runs: dict[str, list[tuple[float, float]]] = {"engine": [], "plain": []}
+        order = ("plain", "engine", "engine_ray")
+        runs: dict[str, list[tuple[float, float]]] = {name: [] for name in order}
         for repeat in range(repeats):
+            label = [sys.executable, "-m", "augsbert_ray.cli", "label", "--model", str(model), "--input", str(pairs),
+                     "--cpus-per-actor", str(THREADS), "--batch-size", str(BATCH), "--output"]
             commands = {
-                "engine": [sys.executable, "-m", "augsbert_ray.cli", "label", "--model", str(model), "--input", str(pairs),
-                           "--output", str(work / f"engine_{size}_{repeat}"), "--cpus-per-actor", str(THREADS),
-                           "--batch-size", str(BATCH)],
                 "plain": [sys.executable, str(Path(__file__).resolve()), "--plain-loop", str(pairs),
                           str(work / f"plain_{size}_{repeat}"), str(model)],
+                "engine": [*label, str(work / f"engine_{size}_{repeat}")],
+                "engine_ray": [*label, str(work / f"engine_ray_{size}_{repeat}"), "--actors", "1:2"],
             }
-            for name in (("plain", "engine") if repeat % 2 == 0 else ("engine", "plain")):
+            for name in order[repeat % 3:] + order[: repeat % 3]:  # each side first in turn
                 runs[name].append(timed_command(commands[name], env))
                 print(f"{size} pairs, {name}: {runs[name][-1][0]:.1f} s, peak PSS {runs[name][-1][1]:.0f} MB", flush=True)
-        engine_scores = scores_by_id(work / f"engine_{size}_0")
         plain_scores = scores_by_id(work / f"plain_{size}_0" / "scores.parquet")
-        speed = [plain[0] / engine[0] for plain, engine in zip(runs["plain"], runs["engine"])]
-        memory = [engine[1] / plain[1] for plain, engine in zip(runs["plain"], runs["engine"])]
         results[str(size)] = {
             "seconds": {name: [round(s, 2) for s, _ in measured] for name, measured in runs.items()},
             "peak_pss_mb": {name: [round(m, 1) for _, m in measured] for name, measured in runs.items()},
-            "speed_engine_over_plain": [round(r, 3) for r in speed],
-            "speed_median": round(statistics.median(speed), 3),
-            "pss_engine_over_plain_median": round(statistics.median(memory), 3),
-            "max_abs_score_diff": float(np.max(np.abs(engine_scores - plain_scores))),
         }
+        for name in ("engine", "engine_ray"):
+            speed = [plain[0] / engine[0] for plain, engine in zip(runs["plain"], runs[name])]
+            memory = [engine[1] / plain[1] for plain, engine in zip(runs["plain"], runs[name])]
+            results[str(size)][name] = {
+                "speed_over_plain": [round(r, 3) for r in speed],
+                "speed_median": round(statistics.median(speed), 3),
+                "pss_over_plain_median": round(statistics.median(memory), 3),
+                "max_abs_score_diff": float(np.max(np.abs(scores_by_id(work / f"{name}_{size}_0") - plain_scores))),
+            }
     return results
 
 

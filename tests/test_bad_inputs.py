@@ -911,6 +911,25 @@ def test_a_failed_labeling_actor_is_one_line(ray_session, tiny_cross_encoder: Pa
     assert ('augsbert_ray/cli.py", line' in err) == verbose  # the driver's own traceback, from main down
 
 
+def test_a_labeler_that_fails_without_ray_is_one_line(tiny_cross_encoder: Path, tmp_path: Path) -> None:
+    """With one CPU actor and no Ray (a process of its own: this session's Ray is running), the labeler runs in the
+    command's process: its failure is one line and exit 1 too."""
+    model = tmp_path / "model"
+    shutil.copytree(tiny_cross_encoder, model)
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("sentence1,sentence2\na cat,a dog\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("RAY_ADDRESS", None)
+    result = subprocess.run([sys.executable, "-m", "augsbert_ray.cli", "label", "--model", str(model), "--input", str(pairs),
+                             "--output", str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stderr[-3000:]
+    line = error_line(result.stderr)
+    assert re.fullmatch(r"augsbert label: error: \S*SafetensorError: .+ \(rerun with -v for the traceback\)", line), line
+    assert "Traceback" not in result.stderr and "Ray" not in result.stderr
+
+
 def test_ray_failure_finds_the_root_cause(ray_session) -> None:
     ray = ray_session
 

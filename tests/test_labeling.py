@@ -87,7 +87,9 @@ def _tree(pid: int) -> list[psutil.Process]:
 
 
 @pytest.mark.slow
-def test_resume_after_a_kill_labels_every_pair_once(tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path) -> None:
+def test_resume_after_a_kill_labels_every_pair_once(ray_session, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path) -> None:
+    """`augsbert label` with one CPU actor and no Ray labels in its own process: SIGKILLed mid-shard and run again, it
+    labels every pair once, and its labels equal those of the engine's actor pool in this session's Ray."""
     pairs = stsb_pairs(data_dir, 300) * 20  # 6000 pairs, 24 shards
     pq.write_table(pair_table(pairs), tmp_path / "pairs.parquet", row_group_size=250)
     output = tmp_path / "silver"
@@ -100,7 +102,7 @@ def test_resume_after_a_kill_labels_every_pair_once(tiny_cross_encoder: Path, da
     while len(list(output.glob("part-*.parquet"))) < 2:
         assert process.poll() is None and time.monotonic() < deadline, "the first run ended before it could be killed"
         time.sleep(0.05)
-    tree = _tree(process.pid)  # the driver, its Ray services and the labeling actor, mid-shard
+    tree = _tree(process.pid)  # the labeling process, mid-shard
     for proc in tree:
         proc.send_signal(signal.SIGKILL)
     process.wait()
@@ -117,6 +119,13 @@ def test_resume_after_a_kill_labels_every_pair_once(tiny_cross_encoder: Path, da
     assert sorted(ids) == list(range(6000))  # every pair, none twice
     assert {name: (output / name).stat().st_mtime_ns for name in finished} == finished  # not rewritten
     assert not list(output.glob(".*.tmp"))
+    assert "Ray" not in rerun.stderr  # no Ray was started
+
+    spec = LabelingSpec(shard_rows=250, batch_size=8, max_seq_length=128)
+    on_ray = label_files(str(tmp_path / "pairs.parquet"), tmp_path / "on_ray", LabelJob(Teacher.cross_encoder(str(tiny_cross_encoder)), spec))
+    assert on_ray.labeled == 6000
+    by_id = [pq.read_table(path, columns=["pair_id", "score"]).sort_by("pair_id") for path in (output, tmp_path / "on_ray")]
+    assert by_id[0].equals(by_id[1])
 
 
 @pytest.mark.parametrize("case", ["missing column", "unreadable file", "no model", "no gpu"])

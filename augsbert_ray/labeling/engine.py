@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,12 +100,19 @@ class LabelJob:
         }
 
 
-def check_resources(spec: LabelingSpec) -> None:
-    """Needs Ray running: an actor's request must fit the cluster (the spec checked the rest when it was made)."""
-    resources = ray.cluster_resources()
+def labels_here(spec: LabelingSpec, address: str | None) -> bool:
+    """One CPU actor on this machine, with no Ray running or asked for: the labeler runs in this process. Ray would
+    add only its start (seconds), an actor process and the memory of its services."""
+    return address is None and not ray.is_initialized() and spec.max_actors == 1 and spec.gpus_per_actor == 0
+
+
+def check_resources(spec: LabelingSpec, here: bool) -> None:
+    """An actor's request must fit the Ray cluster, or this machine when labeling ``here`` (the spec checked the rest
+    when it was made)."""
+    resources, where = ({"CPU": os.cpu_count() or 1}, "this machine") if here else (ray.cluster_resources(), "the Ray cluster")
     for field, wanted, kind in (("gpus_per_actor", spec.gpus_per_actor, "GPU"), ("cpus_per_actor", spec.cpus_per_actor, "CPU")):
         if wanted > resources.get(kind, 0):
-            raise SpecError(f"labeling.{field} {wanted:g}, but the Ray cluster has {resources.get(kind, 0):g} {kind}s")
+            raise SpecError(f"labeling.{field} {wanted:g}, but {where} has {resources.get(kind, 0):g} {kind}s")
 
 
 def prepare_output(output: Path, key: dict[str, Any], shards: list[Shard]) -> dict[str, dict[str, Any]]:
@@ -165,6 +173,8 @@ def label_files(
 ) -> LabelResult:
     """`augsbert label`'s front end: label every pair in the input files (csv, tsv, jsonl, parquet; a glob or a
     list) into Parquet shards under ``output``. The inputs are checked before Ray starts (or joins ``address``).
+    With one CPU actor (the default) and no Ray running or asked for, the labeler runs in this process instead
+    (``labels_here``): the same shards, labels and resume.
 
     Args:
         inputs: Input files, a glob or a directory.
@@ -182,8 +192,10 @@ def label_files(
     files = expand_inputs(inputs)
     shards = plan_shards(files, input_format(files, fmt), job.text_columns, job.spec.shard_rows)
     check_output_dir(Path(output), "--output")
-    init_ray(address)
-    return label_shards(shards, Path(output), job)
+    here = labels_here(job.spec, address)
+    if not here:
+        init_ray(address)
+    return label_shards(shards, Path(output), job, here)
 
 
 def label_dataset(pairs: pa.Table | ray.data.Dataset, output: str | Path, job: LabelJob, input_file: str | Path) -> LabelResult:
@@ -226,11 +238,12 @@ def save_pairs(pairs: pa.Table | ray.data.Dataset, path: Path, shard_rows: int) 
         writer.close()
 
 
-def label_shards(shards: list[Shard], output: Path, job: LabelJob) -> LabelResult:
-    """The engine: skip the shards already in ``output``, label the rest on the actor pool, keep the manifest."""
+def label_shards(shards: list[Shard], output: Path, job: LabelJob, here: bool = False) -> LabelResult:
+    """The engine: skip the shards already in ``output``, label the rest on the actor pool (or ``here``, in this
+    process), keep the manifest."""
     started = time.perf_counter()
     output = output.resolve()
-    check_resources(job.spec)
+    check_resources(job.spec, here)
     key = job.key(shards, output)
     stats = prepare_output(output, key, shards)
     pending = [shard for shard in shards if shard.name not in stats]
@@ -240,7 +253,8 @@ def label_shards(shards: list[Shard], output: Path, job: LabelJob) -> LabelResul
     write_manifest(output, key, stats, shards, final=False)
     if pending:
         calibration = calibration_pairs(shards, tuple(job.text_columns)) if job.spec.precision == "int8" else None
-        for row in _pipeline(pending, output, job, calibration).iter_rows():
+        labeled = _label_here(pending, output, job, calibration) if here else _pipeline(pending, output, job, calibration).iter_rows()
+        for row in labeled:
             if row["error"]:
                 raise SpecError(row["error"])
             stats[row["shard"]] = {name: (int(value) if name in COUNT_KEYS else value) for name, value in row.items() if name != "error"}
@@ -256,6 +270,35 @@ def label_shards(shards: list[Shard], output: Path, job: LabelJob) -> LabelResul
     return result
 
 
+def _labeler_settings(pending: list[Shard], output: Path, job: LabelJob, calibration: list[tuple[str, str]] | None) -> dict[str, Any]:
+    """ShardLabeler's arguments."""
+    spec = job.spec
+    return {
+        "shards": pending, "output": str(output), "teacher": job.teacher, "labeler": job.labeler,
+        "text_columns": tuple(job.text_columns), "batch_size": spec.batch_size,
+        "threads": spec.threads_per_actor or max(1, int(spec.cpus_per_actor)),
+        "precision": spec.precision, "runtime": spec.runtime, "max_seq_length": spec.max_seq_length, "strategy": job.strategy,
+        "calibration": calibration,
+        "onnx_cache": str(output / "_onnx" if job.onnx_cache is None or spec.precision == "int8" else job.onnx_cache),
+    }
+
+
+class LabelerFailure(RuntimeError):
+    """The labeler failed in this process (``labels_here``), as an actor's failure would on Ray: ``Type: message``."""
+
+
+def _label_here(pending: list[Shard], output: Path, job: LabelJob, calibration: list[tuple[str, str]] | None) -> Iterator[dict[str, Any]]:
+    """The actor's work in this process: one labeler, the shards one after another."""
+    try:
+        labeler = ShardLabeler(**_labeler_settings(pending, output, job, calibration))
+        for shard in pending:
+            yield labeler.label_or_refuse(shard)
+    except (SpecError, FileNotFoundError):
+        raise
+    except Exception as exc:
+        raise LabelerFailure(f"{type(exc).__name__}: {(str(exc).strip().splitlines() or ['(no message)'])[0]}") from exc
+
+
 def _pipeline(pending: list[Shard], output: Path, job: LabelJob, calibration: list[tuple[str, str]] | None) -> ray.data.Dataset:
     """Shard names, one block each, streamed to an autoscaling actor pool; each actor call labels one shard."""
     spec = job.spec
@@ -263,14 +306,7 @@ def _pipeline(pending: list[Shard], output: Path, job: LabelJob, calibration: li
     names = ray.data.from_items([{"shard": shard.name} for shard in pending], override_num_blocks=len(pending))
     return names.map_batches(
         ShardLabeler,
-        fn_constructor_kwargs={
-            "shards": pending, "output": str(output), "teacher": job.teacher, "labeler": job.labeler,
-            "text_columns": tuple(job.text_columns), "batch_size": spec.batch_size,
-            "threads": spec.threads_per_actor or max(1, int(spec.cpus_per_actor)),
-            "precision": spec.precision, "runtime": spec.runtime, "max_seq_length": spec.max_seq_length, "strategy": job.strategy,
-            "calibration": calibration,
-            "onnx_cache": str(output / "_onnx" if job.onnx_cache is None or spec.precision == "int8" else job.onnx_cache),
-        },
+        fn_constructor_kwargs=_labeler_settings(pending, output, job, calibration),
         batch_size=1,
         batch_format="numpy",
         compute=ray.data.ActorPoolStrategy(min_size=spec.min_actors, max_size=spec.max_actors),
