@@ -25,7 +25,7 @@ WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAY_TRAIN_ENABLE_PRINT_PATCH":
 QUIET_WORKER_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error"}
 # An embedded Ray is one machine: no node is drained, so Ray Train's preemption watcher (an actor per fit) has
 # nothing to watch; and its controller, which notices a finished fit at its next poll of the workers, polls every
-# 0.5 s instead of 2 s. Measured on 2 cores: an empty fit took 11.6 s with Ray's defaults, 8.9 s with these.
+# 0.5 s instead of 2 s (docs/BENCHMARKS.md, "A tiny run of every strategy").
 LOCAL_TRAIN_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0", "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
 # Seconds to wait for a cluster's GCS to answer before giving up on its address.
 CONNECT_TIMEOUT_ENV = "AUGSBERT_CONNECT_TIMEOUT"

@@ -893,15 +893,22 @@ def test_connect_timeout_must_be_positive(monkeypatch: pytest.MonkeyPatch, value
 # --- errors that come through Ray: one line, exit 1 (2 for bad input), the traceback with -v -------------------
 
 
-@pytest.mark.parametrize("verbose", [False, True])
-def test_a_failed_labeling_actor_is_one_line(ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys, verbose: bool) -> None:
-    """Weights cut in half: the model directory passes the driver's checks, and every actor fails to start."""
+def model_with_cut_weights(tiny_cross_encoder: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the tiny cross-encoder with its weights cut in half (it passes the driver's checks, and fails to
+    load), and a one-pair CSV to label with it."""
     model = tmp_path / "model"
     shutil.copytree(tiny_cross_encoder, model)
     weights = model / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     pairs = tmp_path / "pairs.csv"
     pairs.write_text("sentence1,sentence2\na cat,a dog\n")
+    return model, pairs
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_failed_labeling_actor_is_one_line(ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys, verbose: bool) -> None:
+    """Weights cut in half: the model directory passes the driver's checks, and every actor fails to start."""
+    model, pairs = model_with_cut_weights(tiny_cross_encoder, tmp_path)
     code = main([*(["-v"] if verbose else []), "label", "--model", str(model), "--input", str(pairs), "--output", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 1
@@ -914,12 +921,7 @@ def test_a_failed_labeling_actor_is_one_line(ray_session, tiny_cross_encoder: Pa
 def test_a_labeler_that_fails_without_ray_is_one_line(tiny_cross_encoder: Path, tmp_path: Path) -> None:
     """With one CPU actor and no Ray (a process of its own: this session's Ray is running), the labeler runs in the
     command's process: its failure is one line and exit 1 too."""
-    model = tmp_path / "model"
-    shutil.copytree(tiny_cross_encoder, model)
-    weights = model / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-    pairs = tmp_path / "pairs.csv"
-    pairs.write_text("sentence1,sentence2\na cat,a dog\n")
+    model, pairs = model_with_cut_weights(tiny_cross_encoder, tmp_path)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("RAY_ADDRESS", None)
     result = subprocess.run([sys.executable, "-m", "augsbert_ray.cli", "label", "--model", str(model), "--input", str(pairs),
