@@ -5,7 +5,9 @@
     the optional optimum-onnx), the output says why
 (b) the labeling engine at fp32 (runtime auto: ONNX Runtime on CPU)   (c) the engine at int8 (ONNX Runtime)
 and, for comparison, the engine at fp32 on torch (`--runtime torch`)
-on STSb-recombined pairs with the packaged MiniLM and a fresh one-logit head (seed 0).
+on STSb-recombined pairs with the packaged MiniLM and a fresh one-logit head (seed 0), or with `--teacher stsb_1k`,
+the MiniLM cross-encoder fitted on STSb-1k as jobs/stsb_indomain_all_strategies.yaml fits it (kept in --work and
+reused), whose Spearman against gold on STSb dev is then reported for fp32 and int8 as well.
 FLOP utilization = useful transformer FLOPs (from the unpadded token counts the engine records)
 per second of (b), over the fp32 peak of a 2048x2048 torch matmul measured in this run; per second of the
 whole call, and per second spent inside the shards (start, model load and export left out); and over the
@@ -15,6 +17,9 @@ labeling N pairs with a tiny BERT.
 
     .venv/bin/python bench/label_throughput.py            # the figures in docs/BENCHMARKS.md
     .venv/bin/python bench/label_throughput.py --pairs 500 --rss-pairs 2000,20000   # a quick check
+    .venv/bin/python bench/label_throughput.py --teacher stsb_1k --rss-pairs skip    # int8 on a trained teacher
+
+bench/gpu_path.py measures the GPU path (bf16/fp16, actors sharing a GPU) on a machine that has one.
 """
 
 from __future__ import annotations
@@ -38,11 +43,14 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from augsbert_ray.config import LabelingSpec, SamplingSpec  # noqa: E402
+from augsbert_ray.config import LabelingSpec, SamplingSpec, load_spec  # noqa: E402
 from augsbert_ray.labeling import LabelJob, Teacher, label_files  # noqa: E402
 from augsbert_ray.models import build_tiny_bert, resolve_model  # noqa: E402
+from augsbert_ray.runtime import init_ray  # noqa: E402
 from augsbert_ray.sampling import SentencePool, candidate_table  # noqa: E402
+from augsbert_ray.stages import Fit, RunContext, read_gold, train_cross_encoder  # noqa: E402
 
+STSB_1K = ROOT / "jobs" / "stsb_indomain_all_strategies.yaml"
 THREADS = 2  # this machine's cores; the reference uses torch's default (all cores), the actor reserves both
 RAY_WORKER_NICENESS = 15  # what os.nice(0) reads inside a Ray worker (RAY_worker_niceness)
 
@@ -60,6 +68,27 @@ def recombined_pairs(sentences: list[str], count: int, seed: int) -> pa.Table:
     pool = SentencePool(sentences)
     table = candidate_table("random", pool, np.zeros(0, dtype=np.int64), SamplingSpec(strategies=["random"]), seed, n_random=count)
     return table.append_column("pair_id", pa.array(np.arange(table.num_rows), pa.int64()))
+
+
+def stsb_1k_teacher(work: Path, data_dir: Path, overrides: list[str]) -> tuple[Fit, Path]:
+    """The MiniLM cross-encoder the STSb-1k job fits (on Ray Train; reused when ``work`` holds it already), and the
+    job's gold dev split."""
+    ctx = RunContext.open(load_spec(STSB_1K, [f"output_dir={work}", *overrides]), work / "stsb_1k")
+    return train_cross_encoder(ctx, read_gold(ctx, data_dir)), ctx.layout.split("gold", "dev")
+
+
+def gold_spearman(model: str, dev_file: Path, work: Path, precisions: list[str], gpus: float = 0) -> dict[str, float]:
+    """Spearman x100 of the model's scores against gold on ``dev_file``, labeled by the engine at each precision."""
+    from scipy.stats import spearmanr
+
+    gold = pq.read_table(dev_file)
+    pq.write_table(gold.select(["sentence1", "sentence2"]).append_column("pair_id", pa.array(np.arange(gold.num_rows))), work / "dev.parquet")
+    figures = {}
+    for precision in precisions:
+        spec = LabelingSpec(batch_size=64, cpus_per_actor=THREADS if not gpus else 1, gpus_per_actor=gpus, precision=precision)
+        label_files(str(work / "dev.parquet"), work / f"dev_{precision}", LabelJob(Teacher.cross_encoder(model), spec, "bench"))
+        figures[precision] = round(100 * float(spearmanr(scores_by_id(work / f"dev_{precision}"), gold.column("label").to_numpy())[0]), 2)
+    return figures
 
 
 def many_pairs(sentences: list[str], count: int, path: Path, seed: int) -> None:
@@ -185,8 +214,12 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=20_000)
     parser.add_argument("--rss-pairs", default="200000,2000000", help="two sizes for the tiny-BERT peak RSS, or 'skip'")
     parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "label_throughput.json")
+    parser.add_argument("--teacher", choices=["fresh", "stsb_1k"], default="fresh",
+                        help="fresh: MiniLM with an untrained head; stsb_1k: the cross-encoder fitted on STSb-1k, with gold Spearman")
+    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "label_throughput", help="where the stsb_1k teacher is kept")
+    parser.add_argument("--out", type=Path, help="default: bench/results/label_throughput.json, or label_throughput_stsb_1k.json")
     args = parser.parse_args()
+    args.out = args.out or ROOT / "bench" / "results" / ("label_throughput.json" if args.teacher == "fresh" else "label_throughput_stsb_1k.json")
 
     import ray
     import torch
@@ -203,10 +236,14 @@ def main() -> None:
     pq.write_table(table, pairs_file)
     pairs = list(zip(table.column("sentence1").to_pylist(), table.column("sentence2").to_pylist()))
 
-    torch.manual_seed(0)
-    model_dir = work / "minilm_fresh_head"
-    CrossEncoder(resolve_model("minilm"), num_labels=1).save_pretrained(str(model_dir))
-    ray.init(num_cpus=THREADS, include_dashboard=False, runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}})
+    init_ray(num_cpus=THREADS)
+    if args.teacher == "stsb_1k":
+        teacher, dev_file = stsb_1k_teacher(args.work.resolve(), args.data_dir, [])
+        model_dir = teacher.model_dir
+    else:
+        torch.manual_seed(0)
+        model_dir = work / "minilm_fresh_head"
+        CrossEncoder(resolve_model("minilm"), num_labels=1).save_pretrained(str(model_dir))
     load_before = os.getloadavg()[0]
 
     peak = matmul_peak(THREADS)
@@ -226,6 +263,7 @@ def main() -> None:
     seconds["fp32_torch"], _ = engine_run(str(model_dir), pairs_file, work / "fp32_torch", "fp32", runtime="torch")
     fp32, int8, fp32_torch = scores_by_id(work / "fp32"), scores_by_id(work / "int8"), scores_by_id(work / "fp32_torch")
     load_after = os.getloadavg()[0]
+    dev = gold_spearman(str(model_dir), dev_file, work, ["fp32", "int8"]) if args.teacher == "stsb_1k" else None
     ray.shutdown()
 
     from transformers import AutoConfig
@@ -240,7 +278,10 @@ def main() -> None:
         "ratio_fp32_torch": round(rate["fp32_torch"] / rate["reference"], 3),
         "max_abs_diff_fp32": float(np.max(np.abs(fp32 - reference))),
         "max_abs_diff_fp32_torch": float(np.max(np.abs(fp32_torch - reference))),
+        "teacher": args.teacher,
         "spearman_int8": round(float(spearmanr(int8, reference)[0]), 5),
+        "score_range_fp32": [round(float(fp32.min()), 4), round(float(fp32.max()), 4)],
+        **({"dev_spearman_x100": dev} if dev else {}),
         "flop_utilization_fp32": round(flops / seconds["fp32"] / peak, 4),
         # one actor labels the shards one after another: their summed time is the labeling without the start
         "flop_utilization_fp32_in_shards": round(flops / totals["shard_seconds"] / peak, 4),
@@ -258,15 +299,24 @@ def main() -> None:
         "niceness": os.nice(0),
     }
     print(json.dumps(results, indent=1), flush=True)
+    if args.rss_pairs != "skip":
+        peak_rss(results, args.rss_pairs, sentences, work)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    print(f"written: {args.out}; work dir {work}")
 
-    if args.rss_pairs == "skip":
-        return
+
+def peak_rss(results: dict, rss_pairs: str, sentences: list[str], work: Path) -> None:
+    """Peak RSS of `augsbert label` with a tiny BERT at two sizes, into ``results``."""
+    import torch
+    from sentence_transformers import CrossEncoder
+
     tiny = work / "tiny"
 
     build_tiny_bert(tiny / "bert")
     torch.manual_seed(0)
     CrossEncoder(str(tiny / "bert"), num_labels=1).save_pretrained(str(tiny / "cross_encoder"))
-    small, large = (int(n) for n in args.rss_pairs.split(","))
+    small, large = (int(n) for n in rss_pairs.split(","))
     for label, count in (("200k", small), ("2m", large)):
         input_file = work / f"tiny_{count}.parquet"
         many_pairs(sentences, count, input_file, seed=1)
@@ -277,10 +327,6 @@ def main() -> None:
         print(f"tiny BERT, {count} pairs: peak RSS {rss:.0f} MB, {count / wall:.0f} pairs/s", flush=True)
     results["rss_pairs"] = [small, large]
     results["rss_ratio"] = round(results["peak_rss_mb_2m"] / results["peak_rss_mb_200k"], 3)
-    print(json.dumps(results, indent=1))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    print(f"written: {args.out}; work dir {work}")
 
 
 if __name__ == "__main__":
