@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import shlex
@@ -55,17 +56,27 @@ def job_spec(args: argparse.Namespace, overrides: list[str]) -> tuple[JobSpec, P
     raise SpecError(f"give a job spec (e.g. {args.example_job}), or --resume RUN_DIR")
 
 
+def quiet_console(args: argparse.Namespace, run_dir: Path) -> contextlib.AbstractContextManager[None]:
+    """Unless -v, Ray's and the libraries' output goes to the run's log instead of the console."""
+    from augsbert_ray.runtime import RUN_LOG, chatter_to
+
+    return contextlib.nullcontext() if args.verbose else chatter_to(run_dir / RUN_LOG)
+
+
 def _run(args: argparse.Namespace) -> int:
-    from augsbert_ray.pipeline import run_job
+    from augsbert_ray.pipeline import new_run_dir, run_job
 
     spec, resume = job_spec(args, list(args.set or []))
-    run_dir = run_job(spec, data_dir=args.data_dir, resume=resume, force_resume=args.force_resume)
+    run_dir = resume or new_run_dir(spec)
+    with quiet_console(args, run_dir):
+        run_dir = run_job(spec, data_dir=args.data_dir, resume=resume, force_resume=args.force_resume, run_dir=None if resume else run_dir)
     print(f"run directory: {run_dir}")
     print((run_dir / "report.md").read_text(encoding="utf-8").split("## Counts")[0])
     return 0
 
 
 def _tune(args: argparse.Namespace) -> int:
+    from augsbert_ray.pipeline import new_run_dir
     from augsbert_ray.tune_job import run_tuning_job
 
     overrides = list(args.set or [])
@@ -74,7 +85,10 @@ def _tune(args: argparse.Namespace) -> int:
             raise SpecError("--cross-encoder starts a new run; a resumed run keeps the cross-encoder of its spec.yaml")
         overrides.append(f"cross_encoder.trained={args.cross_encoder}")
     spec, resume = job_spec(args, overrides)
-    run_dir = run_tuning_job(spec, data_dir=args.data_dir, resume=resume, force_resume=args.force_resume)
+    run_dir = resume or new_run_dir(spec)
+    with quiet_console(args, run_dir):
+        run_dir = run_tuning_job(spec, data_dir=args.data_dir, resume=resume, force_resume=args.force_resume,
+                                 run_dir=None if resume else run_dir)
     print(f"run directory: {run_dir}")
     print((run_dir / "tuning.md").read_text(encoding="utf-8"))
     return 0
@@ -344,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging, and the traceback of a failure that came through Ray")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging, Ray's and the libraries' output on the console (else in the run's run.log), and the traceback of a failure that came through Ray")
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser(

@@ -37,10 +37,13 @@ def new_run_dir(spec: JobSpec) -> Path:
     return run_dir
 
 
-def start_run(spec: JobSpec, resume: Path | None, data_dir: str | Path | None, force_resume: bool = False) -> RunContext:
-    """A new run directory with spec.yaml and the run's fingerprint, or the unfinished run ``resume``; then Ray."""
+def start_run(
+    spec: JobSpec, resume: Path | None, data_dir: str | Path | None, force_resume: bool = False, run_dir: Path | None = None
+) -> RunContext:
+    """A new run directory (``run_dir``, made by new_run_dir, or a new one) with spec.yaml and the run's fingerprint,
+    or the unfinished run ``resume``; then Ray."""
     if resume is None:
-        ctx = RunContext.open(spec, new_run_dir(spec))
+        ctx = RunContext.open(spec, run_dir or new_run_dir(spec))
         (ctx.layout.root / SPEC_FILE).write_text(dump_spec(spec), encoding="utf-8")
         write_fingerprint(ctx.layout.root, run_fingerprint(spec, data_dir))
     else:
@@ -120,7 +123,10 @@ def write_outputs(ctx: RunContext, metrics: dict[str, Any], fits: list[Fit], ref
     log.info("done: %s", root / REPORT_FILE)
 
 
-def run_job(spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None, force_resume: bool = False) -> Path:
+def run_job(
+    spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None, force_resume: bool = False,
+    run_dir: Path | None = None,
+) -> Path:
     """Run the job's scenario (in a new run directory, or continuing the unfinished run ``resume``) and
     return the run directory.
 
@@ -129,6 +135,7 @@ def run_job(spec: JobSpec, data_dir: str | Path | None = None, resume: Path | No
         data_dir: where the named datasets live (default $AUGSBERT_DATA_DIR, else ../shared/data).
         resume: an unfinished run directory to continue (its fingerprint must match, see augsbert_ray.resume).
         force_resume: continue ``resume`` though its inputs changed, reusing only the fits they do not touch.
+        run_dir: the new run's directory, made by ``new_run_dir(spec)`` (default: made here).
 
     Example::
 
@@ -136,12 +143,15 @@ def run_job(spec: JobSpec, data_dir: str | Path | None = None, resume: Path | No
         print((run_dir / "report.md").read_text())
     """
     run = run_domain_transfer if spec.scenario == "domain-transfer" else run_in_domain
-    return run(spec, data_dir, resume, force_resume)
+    return run(spec, data_dir, resume, force_resume, run_dir)
 
 
-def run_in_domain(spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None, force_resume: bool = False) -> Path:
+def run_in_domain(
+    spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None, force_resume: bool = False,
+    run_dir: Path | None = None,
+) -> Path:
     """Run the whole in-domain method and return the run directory."""
-    ctx = start_run(spec, resume, data_dir, force_resume)
+    ctx = start_run(spec, resume, data_dir, force_resume, run_dir)
     layout, clock = ctx.layout, StageClock(8)
 
     with clock.stage("read gold data"):
@@ -182,12 +192,13 @@ def run_in_domain(spec: JobSpec, data_dir: str | Path | None = None, resume: Pat
 
 
 def run_domain_transfer(
-    spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None, force_resume: bool = False
+    spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None, force_resume: bool = False,
+    run_dir: Path | None = None,
 ) -> Path:
     """Cross-encoder on the labeled source, silver labels on the target, AugSBERT on the target silver alone;
     every model is scored on the target's test split."""
     assert spec.target is not None
-    ctx = start_run(spec, resume, data_dir, force_resume)
+    ctx = start_run(spec, resume, data_dir, force_resume, run_dir)
     layout, clock = ctx.layout, StageClock(8)
 
     with clock.stage("read source and target data"):

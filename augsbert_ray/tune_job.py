@@ -19,7 +19,10 @@ from augsbert_ray.tuning.report import write_tuning_report
 from augsbert_ray.tuning.stage import strategy_of
 
 
-def run_tuning_job(spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None, force_resume: bool = False) -> Path:
+def run_tuning_job(
+    spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None, force_resume: bool = False,
+    run_dir: Path | None = None,
+) -> Path:
     """`augsbert tune`: gold -> (teacher and silver, if a tuned model needs them) -> the searches -> test scores of
     the chosen models -> tuning.md / tuning.json.
 
@@ -29,6 +32,7 @@ def run_tuning_job(spec: JobSpec, data_dir: str | Path | None = None, resume: Pa
         resume: An unfinished tuning run to continue, as `augsbert run --resume` does: finished fits and searches
             are reused, an unfinished search starts over.
         force_resume: Continue ``resume`` though its inputs changed.
+        run_dir: The new run's directory, made by ``new_run_dir(spec)`` (default: made here).
 
     Example::
 
@@ -41,7 +45,7 @@ def run_tuning_job(spec: JobSpec, data_dir: str | Path | None = None, resume: Pa
     strategies = [strategy_of(spec, model) for model in tuned if model != "sbert"]
     # semantic search embeds with the gold-trained SBERT, as in `augsbert run`
     needs_sbert = "sbert" in tuned or (spec.sampling.semantic_model == "gold" and any("semantic" in s for s in strategies))
-    ctx = start_run(spec, resume, data_dir, force_resume)
+    ctx = start_run(spec, resume, data_dir, force_resume, run_dir)
     clock = StageClock(2 + needs_sbert + 3 * bool(strategies))
     sbert_dir = ctx.layout.model("sbert")
 

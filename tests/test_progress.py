@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from augsbert_ray.config import BiEncoderSpec
+from augsbert_ray.runtime import CONSOLE_LINE
 from augsbert_ray.training.bi_encoder import bi_encoder_loss
 from augsbert_ray.training.ray_fit import format_seconds, training_arguments, with_progress_line
 
@@ -52,17 +53,58 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from augsbert_ray.config import BiEncoderSpec, TrainingSpec
-from augsbert_ray.runtime import init_ray
+from augsbert_ray.runtime import chatter_to, init_ray, setup_logging
 from augsbert_ray.training import fit_bi_encoder
 
 model, work = sys.argv[1], Path(sys.argv[2])
 pairs = pa.table({"sentence1": [f"a cat number {i}" for i in range(64)], "sentence2": [f"a dog {i}" for i in range(64)],
                   "label": pa.array([i / 64 for i in range(64)], pa.float32())})
 pq.write_table(pairs, work / "pairs.parquet")
-init_ray(num_cpus=2)
-fit_bi_encoder(BiEncoderSpec(model=model, batch_size=8), model, [(str(work / "pairs.parquet"), "label")],
-               TrainingSpec(cpus_per_worker=1), 0, work / "ray_train", "sbert", work / "model")
+setup_logging()
+with chatter_to(work / "run.log"):  # as `augsbert run` does without -v
+    init_ray(num_cpus=2)
+    fit_bi_encoder(BiEncoderSpec(model=model, batch_size=8), model, [(str(work / "pairs.parquet"), "label")],
+                   TrainingSpec(cpus_per_worker=1), 0, work / "ray_train", "sbert", work / "model")
 """
+
+CHATTER = r"""
+import logging, os, sys, warnings
+from pathlib import Path
+
+from augsbert_ray.runtime import chatter_to, log, setup_logging
+
+setup_logging()
+with chatter_to(Path(sys.argv[1])):
+    print("library chatter on stdout", flush=True)
+    warnings.warn("a library warning")
+    os.write(2, b"C++ chatter on descriptor 2\n")
+    logging.getLogger("ray").warning("ray chatter")
+    log.info("stage 1/8: read gold data")
+    print("\x1b[36m(RayTrainWorker pid=123)\x1b[0m fit sbert: step 5/10 (50%), 1.00 steps/s, ETA 0m05s", flush=True)
+    log.warning("the teacher is not better than SBERT")
+print("after: on the console", flush=True)
+"""
+
+
+def test_chatter_goes_to_the_log_and_the_console_keeps_the_runs_own_lines(tmp_path: Path) -> None:
+    """Without -v, `augsbert run` sends everything written to stdout and stderr (Python, C++ or Ray's forwarding of
+    worker output) to run.log; the console keeps the augsbert logger's lines and the fits' progress lines."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    result = subprocess.run([sys.executable, "-c", CHATTER, str(tmp_path / "run.log")], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    console = [re.sub(r"^\d\d:\d\d:\d\d ", "", line) for line in (result.stdout + result.stderr).splitlines()]
+    assert sorted(console) == sorted([
+        f"INFO augsbert: Ray's and the libraries' output goes to {tmp_path / 'run.log'} (-v shows it here)",
+        "INFO augsbert: stage 1/8: read gold data",
+        "fit sbert: step 5/10 (50%), 1.00 steps/s, ETA 0m05s",
+        "WARNING augsbert: the teacher is not better than SBERT",
+        "after: on the console",
+    ])
+    log = (tmp_path / "run.log").read_text()
+    for chatter in ("library chatter on stdout", "UserWarning: a library warning", "C++ chatter on descriptor 2",
+                    "ray chatter", "augsbert: stage 1/8", "(RayTrainWorker pid=123)"):
+        assert chatter in log
+    assert "after: on the console" not in log
 
 
 @pytest.mark.slow
@@ -76,5 +118,9 @@ def test_a_fit_on_ray_prints_each_progress_line_once(tiny_model: Path, tmp_path:
     assert result.returncode == 0, result.stderr[-3000:]
     console = (result.stdout + result.stderr).splitlines()
     final = [line for line in console if "fit sbert: step 8/8 (100%)" in line]
-    assert len(final) == 1, final
+    assert len(final) == 1 and final[0].startswith("fit sbert: "), final  # once, without Ray's worker prefix
     assert not [line for line in console if "RETURN_VALUE" in line or "LOAD_GLOBAL" in line]
+    # Ray's own lines went to the log, which has the progress line too
+    assert not [line for line in console if not CONSOLE_LINE.match(line)], console
+    log = (tmp_path / "run.log").read_text()
+    assert "Started a local Ray instance" in log and "fit sbert: step 8/8 (100%)" in log

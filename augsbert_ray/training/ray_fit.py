@@ -19,7 +19,7 @@ from ray.train.torch import TorchTrainer
 
 from augsbert_ray.config import EncoderSpec, TrainingSpec
 from augsbert_ray.layout import TrainFile
-from augsbert_ray.runtime import configure_torch_threads, log
+from augsbert_ray.runtime import configure_torch_threads, log, setup_worker_logging
 
 
 
@@ -189,6 +189,7 @@ def worker_setup(config: dict[str, Any]) -> None:
     from transformers import set_seed
 
     configure_torch_threads(config["threads"])
+    setup_worker_logging()
     # before the model is built: a cross-encoder's new classification head is initialized from the global RNG,
     # which the trainer seeds only after that
     set_seed(config["seed"])
