@@ -235,6 +235,14 @@ def _sort_lines(read_end: int, log_file: Path, console: int, done: threading.Eve
     os.close(read_end)
 
 
+def format_seconds(seconds: float) -> str:
+    if seconds == float("inf"):
+        return "unknown"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
 LOG_FORMAT, LOG_DATE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"
 
 

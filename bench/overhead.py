@@ -7,12 +7,19 @@
     on 2,000 and 20,000 random STSb pairs with MiniLM and a fresh one-logit head (seed 0); peak PSS of each
     process tree (sampled every 0.25 s); the commands' scores compared.
 (2) BM25 top-5 over 100,000 edited STSb/BWS sentences: augsbert_ray.sampling.sample_bm25 against plain bm25s (numba
-    backend, one index, every sentence a query, the same search depth), with the identical candidate set checked.
+    backend, one index, every sentence a query, the same search depth): the candidate sets compared, and the sorted
+    scores of the two sets (the same where only ties at the k-th neighbour are broken differently: the project
+    breaks them by sentence id, so that any shard layout gives the same set).
+
+(3) `--census N`: where the actor pool's time goes. The plain loop, then `augsbert label --actors 1:2` with Ray's
+    default worker niceness (15) and with RAY_worker_niceness=0, on N pairs; for the pool runs, every process of
+    the tree sampled every 0.5 s: its role, niceness, CPU seconds and peak PSS.
 
 Ratios are speeds: engine / plain >= 1 means the engine is as fast. Each pair of runs alternates its order.
 
     .venv/bin/python bench/overhead.py                       # the figures in docs/BENCHMARKS.md
     .venv/bin/python bench/overhead.py --sizes 2000 --repeats 1 --bm25-sentences 10000   # a quick check
+    .venv/bin/python bench/overhead.py --census 20000 --out bench/results/ray_processes.json
 """
 
 from __future__ import annotations
@@ -88,11 +95,74 @@ def timed_command(command: list[str], env: dict[str, str]) -> tuple[float, float
     return seconds, peak / 2**20
 
 
+def process_role(process: psutil.Process) -> str:
+    """What a process of a local `augsbert label` run is: from a Ray worker's title (ray::...), the executable or the
+    script it runs, or the name Ray's dashboard gives its module processes."""
+    command = process.cmdline()
+    scripts = {"dashboard.py": "dashboard", "monitor.py": "autoscaler monitor", "log_monitor.py": "log monitor",
+               "default_worker.py": "worker (starting)", "overhead.py": "plain loop"}
+    titles = {"ray::MapWorker": "labeling actor", "ray::IDLE": "idle worker", "ray::DashboardAgent": "dashboard agent",
+              "ray::RuntimeEnvAgent": "runtime env agent"}
+    if command and command[0].startswith("ray::"):
+        return titles.get(command[0].split("(")[0], "other worker")
+    if "augsbert_ray.cli" in command:
+        return "driver (augsbert label)"
+    if command and Path(command[0]).name in ("gcs_server", "raylet"):
+        return Path(command[0]).name
+    if process.name().startswith("ray-dashboard-"):
+        return "dashboard module"
+    return next((scripts[Path(arg).name] for arg in command[1:] if Path(arg).name in scripts), process.name())
+
+
+def census(command: list[str], env: dict[str, str]) -> dict:
+    """Run ``command``; every 0.5 s read each process of its tree: the last CPU seconds, peak PSS and niceness per
+    process, summed by role."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
+    root, seen = psutil.Process(process.pid), {}
+    while process.poll() is None:
+        for member in [root, *root.children(recursive=True)]:
+            try:
+                with member.oneshot():
+                    cpu = member.cpu_times()
+                    record = seen.setdefault(member.pid, {"pss": 0})
+                    # the last sight decides: a Ray worker takes its title only after it has started
+                    record.update(role=process_role(member), nice=member.nice(), cpu=cpu.user + cpu.system)
+                    record["pss"] = max(record["pss"], member.memory_full_info().pss)
+            except psutil.Error:
+                pass
+        time.sleep(0.5)
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {process.returncode}: {process.stderr.read()[-2000:]}")
+    roles: dict[str, dict] = {}
+    for record in seen.values():
+        role = roles.setdefault(record["role"], {"processes": 0, "cpu_seconds": 0.0, "peak_pss_mb": 0.0, "nice": record["nice"]})
+        role["processes"] += 1
+        role["cpu_seconds"] = round(role["cpu_seconds"] + record.get("cpu", 0.0), 1)
+        role["peak_pss_mb"] = round(role["peak_pss_mb"] + record["pss"] / 2**20, 1)
+    return {"seconds": round(time.perf_counter() - start, 1), "roles": dict(sorted(roles.items(), key=lambda item: -item[1]["cpu_seconds"]))}
+
+
+def ray_census(size: int, data_dir: Path, work: Path) -> dict:
+    """Processes, CPU seconds and memory of the plain loop, then of the actor pool at Ray's default worker niceness and at niceness 0, on ``size`` pairs."""
+    model, pairs, env = prepared_labeling(size, data_dir, work)
+    label = [sys.executable, "-m", "augsbert_ray.cli", "label", "--model", str(model), "--input", str(pairs),
+             "--cpus-per-actor", str(THREADS), "--batch-size", str(BATCH), "--actors", "1:2", "--output"]
+    plain = [sys.executable, str(Path(__file__).resolve()), "--plain-loop", str(pairs), str(work / "census_plain"), str(model)]
+    results: dict = {"pairs": size}
+    for name, command, extra in (("plain", plain, {}), ("pool_default", [*label, str(work / "census_pool_default")], {}),
+                                 ("pool_niceness_0", [*label, str(work / "census_pool_niceness_0")], {"RAY_worker_niceness": "0"})):
+        results[name] = census(command, {**env, **extra})
+        print(f"{name}: {json.dumps(results[name])}", flush=True)
+    return results
+
+
 def scores_by_id(path: Path) -> np.ndarray:
     return pq.read_table(path, columns=["pair_id", "score"]).sort_by("pair_id").column("score").to_numpy()
 
 
-def labeling(sizes: list[int], repeats: int, data_dir: Path, work: Path) -> dict:
+def prepared_labeling(size: int, data_dir: Path, work: Path) -> tuple[Path, Path, dict[str, str]]:
+    """MiniLM with a fresh head (seed 0), ``size`` random STSb pairs, and the environment of the commands."""
     import torch
     from sentence_transformers import CrossEncoder
 
@@ -100,15 +170,19 @@ def labeling(sizes: list[int], repeats: int, data_dir: Path, work: Path) -> dict
 
     from label_throughput import recombined_pairs, stsb_sentences  # bench/ is this script's directory
 
-    torch.manual_seed(0)
     model = work / "minilm_fresh_head"
-    CrossEncoder(resolve_model("minilm"), num_labels=1).save_pretrained(str(model))
-    env = {**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="ray", dir="/tmp")}
-    sentences = stsb_sentences(data_dir)
+    if not model.exists():
+        torch.manual_seed(0)
+        CrossEncoder(resolve_model("minilm"), num_labels=1).save_pretrained(str(model))
+    pairs = work / f"pairs_{size}.parquet"
+    pq.write_table(recombined_pairs(stsb_sentences(data_dir), size, seed=0), pairs)
+    return model, pairs, {**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="ray", dir="/tmp")}
+
+
+def labeling(sizes: list[int], repeats: int, data_dir: Path, work: Path) -> dict:
     results = {}
     for size in sizes:
-        pairs = work / f"pairs_{size}.parquet"
-        pq.write_table(recombined_pairs(sentences, size, seed=0), pairs)
+        model, pairs, env = prepared_labeling(size, data_dir, work)
         order = ("plain", "engine", "engine_ray")
         runs: dict[str, list[tuple[float, float]]] = {name: [] for name in order}
         for repeat in range(repeats):
@@ -144,7 +218,7 @@ def bm25(sentence_count: int, repeats: int, data_dir: Path) -> dict:
     import bm25s
 
     from augsbert_ray.sampling import SentencePool, sample_bm25
-    from augsbert_ray.sampling.neighbours import search_depth, top_k_pairs
+    from augsbert_ray.sampling.neighbours import merge_ranked, search_depth, top_k_pairs
 
     from corpus import edited_corpus
 
@@ -152,15 +226,18 @@ def bm25(sentence_count: int, repeats: int, data_dir: Path) -> dict:
     none = np.zeros(0, dtype=np.int64)
     depth = search_depth(pool, 5, none)
 
-    def project() -> np.ndarray:
-        return sample_bm25(pool, 5, none, cpus=THREADS)[0]
+    def project() -> tuple[np.ndarray, np.ndarray]:
+        return sample_bm25(pool, 5, none, cpus=THREADS)
 
-    def plain() -> np.ndarray:
+    hits = {}
+
+    def plain() -> tuple[np.ndarray, np.ndarray]:
         tokens = bm25s.tokenize(pool.sentences, stopwords="en", show_progress=False)
         retriever = bm25s.BM25(backend="numba")
         retriever.index(tokens, show_progress=False)
         docs, scores = retriever.retrieve(tokens, k=depth, show_progress=False, n_threads=THREADS)
-        return top_k_pairs(pool, docs.astype(np.int64), scores.astype(np.float32), 5, none)[0]
+        hits["plain"] = docs.astype(np.int64), scores.astype(np.float32)
+        return top_k_pairs(pool, *hits["plain"], 5, none)
 
     sample = pool.sentences[:2000]
     bm25s.BM25(backend="numba").index(bm25s.tokenize(sample, show_progress=False), show_progress=False)
@@ -170,17 +247,23 @@ def bm25(sentence_count: int, repeats: int, data_dir: Path) -> dict:
     for repeat in range(repeats):
         for name, run in ((("plain", plain), ("project", project)) if repeat % 2 == 0 else (("project", project), ("plain", plain))):
             start = time.perf_counter()
-            candidates[name] = np.sort(run())
+            candidates[name] = run()
             timings[name].append(time.perf_counter() - start)
             print(f"BM25 over {sentence_count} sentences, {name}: {timings[name][-1]:.1f} s", flush=True)
     speed = [p / q for p, q in zip(timings["plain"], timings["project"])]
+    # plain bm25s' hits with the project's tie rule (equal scores ranked by sentence id)
+    ranked = top_k_pairs(pool, *merge_ranked([hits["plain"]], depth), 5, none)
     return {
         "sentences": sentence_count,
         "seconds": {name: [round(s, 2) for s in values] for name, values in timings.items()},
         "speed_project_over_plain": [round(r, 3) for r in speed],
         "speed_median": round(statistics.median(speed), 3),
-        "candidates": int(len(candidates["project"])),
-        "identical_candidates": bool(np.array_equal(candidates["project"], candidates["plain"])),
+        "candidates": int(len(candidates["project"][0])),
+        "identical_candidates": bool(np.array_equal(np.sort(candidates["project"][0]), np.sort(candidates["plain"][0]))),
+        "differing_candidates": int(len(np.setdiff1d(candidates["project"][0], candidates["plain"][0]))),
+        # where only ties at a query's k-th neighbour are broken differently, the pairs' scores are the same
+        "identical_scores": bool(np.array_equal(np.sort(candidates["project"][1]), np.sort(candidates["plain"][1]))),
+        "identical_with_the_same_tie_rule": bool(np.array_equal(candidates["project"][0], ranked[0]) and np.array_equal(candidates["project"][1], ranked[1])),
     }
 
 
@@ -191,6 +274,7 @@ def main() -> None:
     parser.add_argument("--bm25-sentences", type=int, default=100_000, help="BM25 corpus size; 0 skips (default: %(default)s)")
     parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here (e.g. bench/results/overhead.json)")
+    parser.add_argument("--census", type=int, metavar="PAIRS", help="only (3): Ray's processes during an actor-pool run")
     parser.add_argument("--plain-loop", nargs=3, metavar=("INPUT", "OUTPUT", "MODEL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.plain_loop:
@@ -199,9 +283,12 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="overhead_"))
     load_before = os.getloadavg()[0]
-    results = {"labeling": labeling([int(n) for n in args.sizes.split(",")], args.repeats, args.data_dir, work)}
-    if args.bm25_sentences:
-        results["bm25"] = bm25(args.bm25_sentences, args.repeats, args.data_dir)
+    if args.census:
+        results = {"census": ray_census(args.census, args.data_dir, work)}
+    else:
+        results = {"labeling": labeling([int(n) for n in args.sizes.split(",")], args.repeats, args.data_dir, work)}
+        if args.bm25_sentences:
+            results["bm25"] = bm25(args.bm25_sentences, args.repeats, args.data_dir)
     results["load_average_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     print(json.dumps(results, indent=1))
     if args.out:

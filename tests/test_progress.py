@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 
 from augsbert_ray.config import BiEncoderSpec
-from augsbert_ray.runtime import CONSOLE_LINE
+from augsbert_ray.runtime import CONSOLE_LINE, format_seconds
 from augsbert_ray.training.bi_encoder import bi_encoder_loss
-from augsbert_ray.training.ray_fit import format_seconds, training_arguments, with_progress_line
+from augsbert_ray.training.ray_fit import training_arguments, with_progress_line
 
 
 def test_a_fit_prints_progress_lines_and_no_log_dicts(tiny_model: Path, tmp_path: Path, capsys) -> None:

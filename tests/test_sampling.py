@@ -7,6 +7,7 @@ from augsbert_ray.config import DataSpec, LabelingSpec, SamplingSpec
 from augsbert_ray.data import load_gold
 from augsbert_ray.sampling import SentencePool, candidate_table
 from augsbert_ray.sampling.bm25 import bm25_neighbours
+from augsbert_ray.sampling.neighbours import merge_ranked
 from augsbert_ray.sampling.semantic import build_index
 from augsbert_ray.sampling.random_pairs import _triangle_to_pair
 
@@ -114,12 +115,14 @@ def test_sharded_bm25_equals_unsharded(ray_session, gold) -> None:
     chunked_ids, chunked_scores = bm25_neighbours(sentences, depth, shard_size=len(sentences), query_chunk=150)
     np.testing.assert_array_equal(chunked_ids, ids)
     np.testing.assert_array_equal(chunked_scores, scores)
-    # and the scores are plain bm25s scores over the whole corpus
-    reference = bm25s.BM25()
+    # and one shard is plain bm25s over the whole corpus: the same hits and scores, ties ranked by sentence id
+    reference = bm25s.BM25(backend="numba")
     tokens = bm25s.tokenize(sentences, stopwords="en", show_progress=False)
     reference.index(tokens, show_progress=False)
-    _, reference_scores = reference.retrieve(tokens, k=depth, show_progress=False)
-    np.testing.assert_allclose(scores, reference_scores, rtol=1e-5)
+    reference_ids, reference_scores = reference.retrieve(tokens, k=depth, show_progress=False)
+    ranked_ids, ranked_scores = merge_ranked([(reference_ids.astype(np.int64), reference_scores.astype(np.float32))], depth)
+    np.testing.assert_array_equal(ids, ranked_ids)
+    np.testing.assert_array_equal(scores, ranked_scores)
 
 
 @pytest.mark.parametrize("kind", ["flat", "hnsw", "ivf"])

@@ -27,7 +27,7 @@ from augsbert_ray.labeling.plan import Shard, expand_inputs, plan_shards
 from augsbert_ray.labeling.scorer import COUNT_KEYS, STATS_KEY, ShardLabeler, calibration_pairs
 from augsbert_ray.labeling.teacher import Teacher
 from augsbert_ray.models import check_model
-from augsbert_ray.runtime import init_ray, log
+from augsbert_ray.runtime import format_seconds, init_ray, log
 
 MANIFEST = "_manifest.json"
 
@@ -254,12 +254,15 @@ def label_shards(shards: list[Shard], output: Path, job: LabelJob, here: bool = 
     if pending:
         calibration = calibration_pairs(shards, tuple(job.text_columns)) if job.spec.precision == "int8" else None
         labeled = _label_here(pending, output, job, calibration) if here else _pipeline(pending, output, job, calibration).iter_rows()
-        for row in labeled:
+        pairs_here = 0
+        for done_here, row in enumerate(labeled, start=1):
             if row["error"]:
                 raise SpecError(row["error"])
             stats[row["shard"]] = {name: (int(value) if name in COUNT_KEYS else value) for name, value in row.items() if name != "error"}
             write_manifest(output, key, stats, shards, final=False)
-            log.info("shard %s: %d labeled, %d rejected (%d/%d shards)", row["shard"], row["labeled"], row["rejected"], len(stats), len(shards))
+            pairs_here, elapsed = pairs_here + int(row["labeled"]), time.perf_counter() - started
+            log.info("shard %s: %d labeled, %d rejected (%d/%d shards, %.0f pairs/s, ETA %s)", row["shard"], row["labeled"], row["rejected"],
+                     len(stats), len(shards), pairs_here / elapsed, format_seconds(elapsed / done_here * (len(pending) - done_here)))
     remove_partials(output)  # every shard is final now; a retried shard's lost attempt may have left its temp file
     write_manifest(output, key, stats, shards, final=True)
     rejects = merge_rejects(output, shards)

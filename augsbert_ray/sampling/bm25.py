@@ -1,9 +1,10 @@
 """BM25 sampling with bm25s: every sentence queries the pool and keeps its top-k lexical neighbours.
 
-The corpus is tokenized once, so that document frequencies, the document count and the average
-length are global. Ray tasks then each index one shard of the corpus with those global statistics
-and search it with a chunk of the queries; per-shard hits merge into the same ranking an unsharded
-index gives.
+The corpus is tokenized once. Up to ``shard_size`` sentences, one plain bm25s index is searched in this process.
+Above it, document frequencies, the document count and the average length are computed over the whole corpus;
+Ray tasks then each index one shard of the corpus with those global statistics and search it with a chunk of the
+queries; per-shard hits merge into the ranking an unsharded index gives (scores equal to float rounding). Ties are
+ranked by sentence id, so that the shard layout does not decide between them.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def _shard_index(shard_ids: list[list[int]], vocab: dict, stats: tuple) -> Globa
 
 
 def _retrieve(
-    retriever: GlobalStatsBM25, offset: int, query_ids: list[list[int]], vocab: dict, depth: int, threads: int
+    retriever: bm25s.BM25, offset: int, query_ids: list[list[int]], vocab: dict, depth: int, threads: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-``depth`` hits of each query within the retriever's shard, as global sentence ids."""
     hits = min(depth, retriever.scores["num_docs"])
@@ -82,25 +83,26 @@ def _search_shard(
 def bm25_neighbours(
     sentences: list[str], depth: int, shard_size: int, cpus: float = 1, query_chunk: int = QUERY_CHUNK
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, scores), each (n, depth): every sentence's best BM25 matches in the whole corpus."""
+    """(ids, scores), each (n, depth): every sentence's best BM25 matches in the whole corpus, ties ranked by id."""
     threads = max(1, int(cpus))
     tokens = bm25s.tokenize(sentences, stopwords="en", show_progress=False)
-    vocab_size = max(tokens.vocab.values(), default=-1) + 2  # room for the "" token bm25s may add
-    doc_frequencies = np.zeros(vocab_size, dtype=np.int64)
-    for ids in tokens.ids:
-        doc_frequencies[np.unique(np.asarray(ids, dtype=np.int64))] += 1
-    stats = (doc_frequencies, len(sentences), float(np.mean([len(ids) for ids in tokens.ids])))
-
     n = len(sentences)
-    shards = [(start, tokens.ids[start : start + shard_size]) for start in range(0, n, shard_size)]
     chunks = [tokens.ids[start : start + query_chunk] for start in range(0, n, query_chunk)]
-    if len(shards) == 1:  # one index, built once in this process: Ray tasks would add only their overhead
-        retriever = _shard_index(shards[0][1], tokens.vocab, stats)
+    if n <= shard_size:
+        # one plain bm25s index, built once in this process: its own statistics are the corpus's, and Ray tasks
+        # would add only their overhead
+        retriever = bm25s.BM25(backend="numba")  # JIT-compiled retrieval: several times the numpy backend's speed
+        retriever.index(tokens, show_progress=False)
         per_chunk = [[_retrieve(retriever, 0, chunk, tokens.vocab, depth, threads)] for chunk in chunks]
     else:
+        vocab_size = max(tokens.vocab.values(), default=-1) + 2  # room for the "" token bm25s may add
+        doc_frequencies = np.zeros(vocab_size, dtype=np.int64)
+        for ids in tokens.ids:
+            doc_frequencies[np.unique(np.asarray(ids, dtype=np.int64))] += 1
+        stats = (doc_frequencies, n, float(np.mean([len(ids) for ids in tokens.ids])))
         search = ray.remote(num_cpus=cpus)(_search_shard)
         vocab_ref, stats_ref = ray.put(tokens.vocab), ray.put(stats)
-        shard_refs = [(start, ray.put(ids)) for start, ids in shards]
+        shard_refs = [(start, ray.put(tokens.ids[start : start + shard_size])) for start in range(0, n, shard_size)]
         chunk_refs = [ray.put(chunk) for chunk in chunks]
         refs = [[search.remote(ids, start, chunk_ref, vocab_ref, stats_ref, depth, threads) for start, ids in shard_refs]
                 for chunk_ref in chunk_refs]

@@ -19,7 +19,7 @@ from ray.train.torch import TorchTrainer
 
 from augsbert_ray.config import EncoderSpec, TrainingSpec
 from augsbert_ray.layout import TrainFile
-from augsbert_ray.runtime import configure_torch_threads, log, setup_worker_logging
+from augsbert_ray.runtime import configure_torch_threads, format_seconds, log, setup_worker_logging
 
 
 
@@ -106,14 +106,6 @@ def progress_callback(name: str, every_seconds: float = 30.0) -> Any:
                   f"{rate:.2f} steps/s, ETA {format_seconds(left)}{loss}", flush=True)
 
     return ProgressLine()
-
-
-def format_seconds(seconds: float) -> str:
-    if seconds == float("inf"):
-        return "unknown"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
 def with_progress_line(trainer: Any, name: str, every_seconds: float = 30.0) -> Any:
