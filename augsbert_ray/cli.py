@@ -150,7 +150,7 @@ def _label_files(args: argparse.Namespace) -> int:
         sentences = read_sentences(Path(args.sentences))
         job = LabelJob(teacher, spec, strategy=args.strategy)
         check_output_dir(output, "--output")  # before Ray starts and the pairs are made
-        init_ray(args.address)
+        init_ray(args.address, dashboard=False)
         result = label_dataset(_pair_sentences(sentences, args), output, job, output / "_candidates" / f"{args.strategy}.parquet")
     else:
         job = LabelJob(teacher, spec, text_columns=text_columns)

@@ -261,7 +261,7 @@ def run_error(tmp_path: Path, capsys, job: Path, *settings: str, data_dir: Path 
     args = ["run", str(job), *[arg for setting in settings for arg in ("--set", setting)]]
     assert main(args + (["--data-dir", str(data_dir)] if data_dir else [])) == 2
     (run_dir,) = (tmp_path / "runs").iterdir()
-    assert {path.name for path in run_dir.iterdir()} <= {"spec.yaml", ".fingerprint.json", "rejects.jsonl", "gold", "target_rejects.jsonl", "target"}
+    assert {path.name for path in run_dir.iterdir()} <= {"spec.yaml", ".fingerprint.json", "run.log", "rejects.jsonl", "gold", "target_rejects.jsonl", "target"}
     return error_line(capsys.readouterr().err), run_dir
 
 

@@ -82,6 +82,7 @@ with chatter_to(Path(sys.argv[1])):
     log.info("stage 1/8: read gold data")
     print("\x1b[36m(RayTrainWorker pid=123)\x1b[0m fit sbert: step 5/10 (50%), 1.00 steps/s, ETA 0m05s", flush=True)
     log.warning("the teacher is not better than SBERT")
+    print("\x1b[36m(RayTrainWorker pid=123)\x1b[0m \r      \r12:00:00 INFO augsbert: resuming from step 20", flush=True)
 print("after: on the console", flush=True)
 """
 
@@ -98,6 +99,7 @@ def test_chatter_goes_to_the_log_and_the_console_keeps_the_runs_own_lines(tmp_pa
         "INFO augsbert: stage 1/8: read gold data",
         "fit sbert: step 5/10 (50%), 1.00 steps/s, ETA 0m05s",
         "WARNING augsbert: the teacher is not better than SBERT",
+        "INFO augsbert: resuming from step 20",
         "after: on the console",
     ])
     log = (tmp_path / "run.log").read_text()

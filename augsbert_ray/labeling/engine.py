@@ -194,7 +194,7 @@ def label_files(
     check_output_dir(Path(output), "--output")
     here = labels_here(job.spec, address)
     if not here:
-        init_ray(address)
+        init_ray(address, dashboard=False)  # labeling fits nothing: no Ray Train, no need for the State API
     return label_shards(shards, Path(output), job, here)
 
 
