@@ -242,6 +242,7 @@ def _sort_lines(read_end: int, log_file: Path, console: int, done: threading.Eve
 
 
 def format_seconds(seconds: float) -> str:
+    """A time left for a progress line: '1m05s', or '2h01m' from an hour on; 'unknown' for infinity."""
     if seconds == float("inf"):
         return "unknown"
     minutes, secs = divmod(int(round(seconds)), 60)
