@@ -9,6 +9,7 @@ import re
 import shlex
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -56,27 +57,28 @@ def job_spec(args: argparse.Namespace, overrides: list[str]) -> tuple[JobSpec, P
     raise SpecError(f"give a job spec (e.g. {args.example_job}), or --resume RUN_DIR")
 
 
-def quiet_console(args: argparse.Namespace, run_dir: Path) -> contextlib.AbstractContextManager[None]:
-    """Unless -v, Ray's and the libraries' output goes to the run's log instead of the console."""
+def run_in(args: argparse.Namespace, spec: JobSpec, resume: Path | None, runner: Callable[..., Path]) -> Path:
+    """``runner`` (run_job or run_tuning_job) in a new run directory, or continuing ``resume``. Unless -v, Ray's and
+    the libraries' output goes to the run's run.log instead of the console."""
+    from augsbert_ray.pipeline import new_run_dir
     from augsbert_ray.runtime import RUN_LOG, chatter_to
 
-    return contextlib.nullcontext() if args.verbose else chatter_to(run_dir / RUN_LOG)
+    run_dir = resume or new_run_dir(spec)
+    with contextlib.nullcontext() if args.verbose else chatter_to(run_dir / RUN_LOG):
+        return runner(spec, data_dir=args.data_dir, resume=resume, force_resume=args.force_resume, run_dir=None if resume else run_dir)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from augsbert_ray.pipeline import new_run_dir, run_job
+    from augsbert_ray.pipeline import run_job
 
     spec, resume = job_spec(args, list(args.set or []))
-    run_dir = resume or new_run_dir(spec)
-    with quiet_console(args, run_dir):
-        run_dir = run_job(spec, data_dir=args.data_dir, resume=resume, force_resume=args.force_resume, run_dir=None if resume else run_dir)
+    run_dir = run_in(args, spec, resume, run_job)
     print(f"run directory: {run_dir}")
     print((run_dir / "report.md").read_text(encoding="utf-8").split("## Counts")[0])
     return 0
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from augsbert_ray.pipeline import new_run_dir
     from augsbert_ray.tune_job import run_tuning_job
 
     overrides = list(args.set or [])
@@ -85,10 +87,7 @@ def _tune(args: argparse.Namespace) -> int:
             raise SpecError("--cross-encoder starts a new run; a resumed run keeps the cross-encoder of its spec.yaml")
         overrides.append(f"cross_encoder.trained={args.cross_encoder}")
     spec, resume = job_spec(args, overrides)
-    run_dir = resume or new_run_dir(spec)
-    with quiet_console(args, run_dir):
-        run_dir = run_tuning_job(spec, data_dir=args.data_dir, resume=resume, force_resume=args.force_resume,
-                                 run_dir=None if resume else run_dir)
+    run_dir = run_in(args, spec, resume, run_tuning_job)
     print(f"run directory: {run_dir}")
     print((run_dir / "tuning.md").read_text(encoding="utf-8"))
     return 0

@@ -35,10 +35,9 @@ import pyarrow.parquet as pq
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from label_throughput import STSB_1K, gold_spearman, recombined_pairs, scores_by_id, stsb_1k_teacher, stsb_sentences  # noqa: E402
+from label_throughput import STSB_1K, engine_run, gold_spearman, recombined_pairs, scores_by_id, stsb_1k_teacher, stsb_sentences  # noqa: E402
 
 from augsbert_ray.config import LabelingSpec, load_spec  # noqa: E402
-from augsbert_ray.labeling import LabelJob, Teacher, label_files  # noqa: E402
 from augsbert_ray.labeling.backend import PairModel  # noqa: E402
 from augsbert_ray.labeling.scorer import PairScorer  # noqa: E402
 from augsbert_ray.models import resolve_model  # noqa: E402
@@ -69,17 +68,15 @@ def timed_fits(minilm: str, work: Path, data_dir: Path, gpu: bool, smoke: bool) 
 
 
 def engine_rate(model: str, input_file: Path, output: Path, precision: str, batch: int, actors: int, gpu: bool) -> dict[str, Any]:
-    """One `augsbert label` call's pairs/s (actor start and model load included) and its actors' time in shards."""
+    """One `augsbert label` call's pairs/s (actor start and model load included) and its actors' rate in shards."""
     cpus = max(1, (os.cpu_count() or 2) - 2)
     spec = LabelingSpec(batch_size=batch, min_actors=actors, max_actors=actors, cpus_per_actor=max(1, cpus // actors),
                         gpus_per_actor=1 / actors if gpu else 0, precision=precision,
                         shard_rows=max(1000, pq.read_metadata(input_file).num_rows // (2 * actors)))
-    started = time.perf_counter()
-    result = label_files(str(input_file), output, LabelJob(Teacher.cross_encoder(model), spec, "bench"))
-    seconds = time.perf_counter() - started
-    in_shards = sum(s["seconds"] for s in json.loads(result.manifest.read_text())["shards"].values())
-    return {"pairs_per_s": round(result.labeled / seconds, 1), "seconds": round(seconds, 2),
-            "actor_pairs_per_s": round(result.labeled * actors / in_shards, 1), "padding": round(result.totals["padded_tokens"] / result.totals["tokens"] - 1, 3)}
+    seconds, totals = engine_run(model, input_file, output, spec)
+    return {"pairs_per_s": round(totals["labeled"] / seconds, 1), "seconds": round(seconds, 2),
+            "actor_pairs_per_s": round(totals["labeled"] * actors / totals["shard_seconds"], 1),
+            "padding": round(totals["padded_tokens"] / totals["tokens"] - 1, 3)}
 
 
 def predict_rate(model: str, pairs: list[tuple[str, str]], batch: int, dtype: Any = None) -> tuple[dict[str, Any], np.ndarray]:

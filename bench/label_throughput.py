@@ -169,15 +169,19 @@ def sentence_transformers_onnx(model_dir: Path, pairs: list[tuple[str, str]], wo
     return measured
 
 
-def engine_run(model: str, input_file: Path, output: Path, precision: str, runtime: str = "auto") -> tuple[float, dict]:
-    """Seconds of the whole call, and the totals with ``shard_seconds``: the actor's time inside its shards
+def engine_run(model: str, input_file: Path, output: Path, spec: LabelingSpec) -> tuple[float, dict]:
+    """Seconds of the whole call, and the totals with ``shard_seconds``: the actors' summed time inside their shards
     (read, tokenize, score, write), which leaves out Ray's start, the model load and the ONNX export."""
-    spec = LabelingSpec(batch_size=64, cpus_per_actor=THREADS, precision=precision, runtime=runtime, shard_rows=5_000)
     start = time.perf_counter()
     result = label_files(str(input_file), output, LabelJob(Teacher.cross_encoder(model), spec, "bench"))
     seconds = time.perf_counter() - start
     shards = json.loads(result.manifest.read_text())["shards"].values()
     return seconds, {**result.totals, "shard_seconds": sum(shard["seconds"] for shard in shards)}
+
+
+def cpu_spec(precision: str, runtime: str = "auto") -> LabelingSpec:
+    """The CPU engine of these figures: one actor with this machine's cores, batch 64."""
+    return LabelingSpec(batch_size=64, cpus_per_actor=THREADS, precision=precision, runtime=runtime, shard_rows=5_000)
 
 
 def scores_by_id(output: Path) -> np.ndarray:
@@ -257,10 +261,10 @@ def main() -> None:
     st_onnx = sentence_transformers_onnx(model_dir, pairs, work)
     seconds.update({name: measured[0] for name, measured in st_onnx.items() if name != "unavailable"})
 
-    seconds["fp32"], totals = engine_run(str(model_dir), pairs_file, work / "fp32", "fp32")
-    seconds["int8"], _ = engine_run(str(model_dir), pairs_file, work / "int8", "int8")
+    seconds["fp32"], totals = engine_run(str(model_dir), pairs_file, work / "fp32", cpu_spec("fp32"))
+    seconds["int8"], _ = engine_run(str(model_dir), pairs_file, work / "int8", cpu_spec("int8"))
     # the engine's fp32 on torch instead of ONNX Runtime, for comparison
-    seconds["fp32_torch"], _ = engine_run(str(model_dir), pairs_file, work / "fp32_torch", "fp32", runtime="torch")
+    seconds["fp32_torch"], _ = engine_run(str(model_dir), pairs_file, work / "fp32_torch", cpu_spec("fp32", "torch"))
     fp32, int8, fp32_torch = scores_by_id(work / "fp32"), scores_by_id(work / "int8"), scores_by_id(work / "fp32_torch")
     load_after = os.getloadavg()[0]
     dev = gold_spearman(str(model_dir), dev_file, work, ["fp32", "int8"]) if args.teacher == "stsb_1k" else None

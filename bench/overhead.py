@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -67,10 +68,26 @@ def plain_loop(input_file: Path, output: Path, model: str) -> None:
         writer.close()
 
 
-def tree_pss(root: psutil.Process) -> int:
-    """Proportional set size of a process and all its descendants: shared pages counted once in all."""
+def watched_command(command: list[str], env: dict[str, str], every: float, sample: Callable[[list[psutil.Process]], None]) -> float:
+    """Run ``command`` to its end, calling ``sample`` with its process tree every ``every`` seconds; its seconds."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
+    root = psutil.Process(process.pid)
+    while process.poll() is None:
+        try:
+            sample([root, *root.children(recursive=True)])
+        except psutil.Error:
+            pass
+        time.sleep(every)
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {process.returncode}: {process.stderr.read()[-2000:]}")
+    return time.perf_counter() - start
+
+
+def tree_pss(tree: list[psutil.Process]) -> int:
+    """Proportional set size of a process tree: shared pages counted once in all."""
     total = 0
-    for process in [root, *root.children(recursive=True)]:
+    for process in tree:
         try:
             total += process.memory_full_info().pss
         except psutil.Error:
@@ -80,19 +97,9 @@ def tree_pss(root: psutil.Process) -> int:
 
 def timed_command(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     """Seconds from start to exit, and the peak PSS of the process tree in MB."""
-    start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
-    root, peak = psutil.Process(process.pid), 0
-    while process.poll() is None:
-        try:
-            peak = max(peak, tree_pss(root))
-        except psutil.Error:
-            pass
-        time.sleep(0.25)
-    seconds = time.perf_counter() - start
-    if process.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} exited {process.returncode}: {process.stderr.read()[-2000:]}")
-    return seconds, peak / 2**20
+    peaks = [0]
+    seconds = watched_command(command, env, 0.25, lambda tree: peaks.append(tree_pss(tree)))
+    return seconds, max(peaks) / 2**20
 
 
 def process_role(process: psutil.Process) -> str:
@@ -117,11 +124,10 @@ def process_role(process: psutil.Process) -> str:
 def census(command: list[str], env: dict[str, str]) -> dict:
     """Run ``command``; every 0.5 s read each process of its tree: the last CPU seconds, peak PSS and niceness per
     process, summed by role."""
-    start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
-    root, seen = psutil.Process(process.pid), {}
-    while process.poll() is None:
-        for member in [root, *root.children(recursive=True)]:
+    seen: dict[int, dict] = {}
+
+    def sample(tree: list[psutil.Process]) -> None:
+        for member in tree:
             try:
                 with member.oneshot():
                     cpu = member.cpu_times()
@@ -131,16 +137,15 @@ def census(command: list[str], env: dict[str, str]) -> dict:
                     record["pss"] = max(record["pss"], member.memory_full_info().pss)
             except psutil.Error:
                 pass
-        time.sleep(0.5)
-    if process.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} exited {process.returncode}: {process.stderr.read()[-2000:]}")
+
+    seconds = watched_command(command, env, 0.5, sample)
     roles: dict[str, dict] = {}
     for record in seen.values():
         role = roles.setdefault(record["role"], {"processes": 0, "cpu_seconds": 0.0, "peak_pss_mb": 0.0, "nice": record["nice"]})
         role["processes"] += 1
         role["cpu_seconds"] = round(role["cpu_seconds"] + record.get("cpu", 0.0), 1)
         role["peak_pss_mb"] = round(role["peak_pss_mb"] + record["pss"] / 2**20, 1)
-    return {"seconds": round(time.perf_counter() - start, 1), "roles": dict(sorted(roles.items(), key=lambda item: -item[1]["cpu_seconds"]))}
+    return {"seconds": round(seconds, 1), "roles": dict(sorted(roles.items(), key=lambda item: -item[1]["cpu_seconds"]))}
 
 
 def ray_census(size: int, data_dir: Path, work: Path) -> dict:
@@ -157,10 +162,6 @@ def ray_census(size: int, data_dir: Path, work: Path) -> dict:
     return results
 
 
-def scores_by_id(path: Path) -> np.ndarray:
-    return pq.read_table(path, columns=["pair_id", "score"]).sort_by("pair_id").column("score").to_numpy()
-
-
 def prepared_labeling(size: int, data_dir: Path, work: Path) -> tuple[Path, Path, dict[str, str]]:
     """MiniLM with a fresh head (seed 0), ``size`` random STSb pairs, and the environment of the commands."""
     import torch
@@ -168,7 +169,7 @@ def prepared_labeling(size: int, data_dir: Path, work: Path) -> tuple[Path, Path
 
     from augsbert_ray.models import resolve_model
 
-    from label_throughput import recombined_pairs, stsb_sentences  # bench/ is this script's directory
+    from label_throughput import recombined_pairs, stsb_sentences  # bench/ is this script's directory; imported here, not in the plain loop
 
     model = work / "minilm_fresh_head"
     if not model.exists():
@@ -180,6 +181,8 @@ def prepared_labeling(size: int, data_dir: Path, work: Path) -> tuple[Path, Path
 
 
 def labeling(sizes: list[int], repeats: int, data_dir: Path, work: Path) -> dict:
+    from label_throughput import scores_by_id
+
     results = {}
     for size in sizes:
         model, pairs, env = prepared_labeling(size, data_dir, work)
