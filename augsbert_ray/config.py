@@ -349,13 +349,13 @@ class TuningSpec(_Strict):
     keep: int = Field(1, gt=0, description="Trials that go on from their cull-point checkpoint to the end.")
     top_k: list[int] | None = Field(None, description="sampling.top_k values to search for BM25/semantic silver.")
     scheduler: Literal["sync", "asha"] = Field(
-        "sync", description="sync: cull all trials at cull_at, resume the best; asha: Ray Tune's ASHAScheduler."
+        "sync", description="sync: cull all trials at cull_at, the best go on; asha: Ray Tune's ASHAScheduler."
     )
     eval_every: float = Field(0.1, gt=0, le=1, description="Dev metrics every this fraction of the steps (plus cull point and end).")
     models: list[str] | None = Field(None, description="Bi-encoders to tune, e.g. [sbert]. Default: all the job trains.")
-    cpus_per_trial: float = Field(1, gt=0, description="CPUs reserved by each trial's Ray Train fit (for a tuned model, in "
+    cpus_per_trial: float = Field(1, gt=0, description="CPUs reserved by each trial, one process (for a tuned model, in "
                                   "place of training.cpus_per_worker).")
-    gpus_per_trial: float = Field(0, ge=0, description="GPUs reserved by each trial's Ray Train fit (for a tuned model, in "
+    gpus_per_trial: float = Field(0, ge=0, description="GPUs reserved by each trial, one process (for a tuned model, in "
                                   "place of training.use_gpu).")
     max_concurrent_trials: int | None = Field(None, gt=0, description="Default: as many as the cluster's CPUs and GPUs hold at once (cpus_per_trial, gpus_per_trial).")
 

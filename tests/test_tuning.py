@@ -45,7 +45,7 @@ def test_bad_tuning_spec_names_the_field(tuning: str, message: str | None) -> No
 
 
 def test_step_arithmetic() -> None:
-    assert total_steps(rows=85, batch_size=8, workers=1, epochs=2) == 20  # DDP drops the partial batch
+    assert total_steps(rows=85, batch_size=8, epochs=2) == 20  # the partial batch is dropped
     assert eval_steps(total=20, cull=4, every=0.5) == [4, 10, 20]
     for total in range(5, 300):
         # n trials to the cull step plus one to the end never cost more than n*cull_at + (1 - cull_at) fits
@@ -87,19 +87,22 @@ def tiny_spec(tiny_model: Path, tuning: str, epochs: int = EPOCHS) -> JobSpec:
 
 
 @pytest.mark.slow
-def test_only_the_best_goes_on_and_resumes_exactly(ray_session, tiny_model: Path, gold_files, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("at_once", "phases"), [(None, ["search"]), (2, ["phase1", "phase2"])], ids=["in_place", "from_checkpoints"])
+def test_only_the_best_goes_on_and_resumes_exactly(
+    ray_session, tiny_model: Path, gold_files, tmp_path: Path, at_once: int | None, phases: list[str]
+) -> None:
     train, dev = gold_files
-    # cull_at 0.3 of 20 steps = step 6, in the second epoch: resuming must restore the epoch's data order too
-    spec = tiny_spec(tiny_model, f"{{seeds: {SEEDS}, cull_at: 0.3, keep: 1, eval_every: 0.25, cpus_per_trial: 0.6}}")
+    # cull_at 0.3 of 20 steps = step 6, in the second epoch: resuming must restore the epoch's data order too.
+    # 3 trials of 0.6 CPUs all run at once on 2 CPUs (in place: the survivor's threads stay at 1, as in the
+    # uninterrupted reference); two at a time, the cull goes through checkpoints.
+    tuning = f"{{seeds: {SEEDS}, cull_at: 0.3, keep: 1, eval_every: 0.25, cpus_per_trial: 0.6, max_concurrent_trials: {json.dumps(at_once)}}}"
+    spec = tiny_spec(tiny_model, tuning)
     setup = SearchSetup(spec, "sbert", str(tiny_model), dev, tmp_path / "tune")
-    # What a stopped attempt left behind (a resumed run starts an unfinished search over). Its stop files would
-    # end the new trials after their first step unless the search clears them.
-    for planned in plan_trials(setup, {None: [(train, "label")]}):
-        stop_file = Path(trial_config(setup, planned, "phase1", None, None)["loop"]["stop_file"])
-        stop_file.parent.mkdir(parents=True, exist_ok=True)
-        stop_file.touch()
-        Path(f"{stop_file}.steps").write_text("1")
+    # What a stopped attempt left behind (a resumed run starts an unfinished search over): removed, not restored
+    (tmp_path / "tune" / f"sbert-{phases[0]}" / "leftover").mkdir(parents=True)
     outcome = search(setup, {None: [(train, "label")]}, tmp_path / "models" / "sbert")
+    assert sorted(path.name for path in (tmp_path / "tune").iterdir() if path.is_dir()) == [f"sbert-{phase}" for phase in phases]
+    assert not (tmp_path / "tune" / f"sbert-{phases[0]}" / "leftover").exists()
 
     total, cull = 20, 6
     trials = {trial.seed: trial for trial in outcome.trials}

@@ -1,7 +1,9 @@
-"""Seed (and top-k) search on Ray Tune. Each Tune trial's work is a Ray Train fit.
+"""Seed (and top-k) search on Ray Tune. Each Tune trial is one bi-encoder fit in the trial's own process.
 
-- ``sync`` (default): two Tune phases. Phase one trains every trial to the cull step and checkpoints
-  its full training state; only the best ``keep`` by dev score resume from their checkpoints to the end.
+- ``sync`` (default): every trial trains to the cull step; only the best ``keep`` by dev score train to the end.
+  When the cluster holds every trial at once, the trials meet at the cull step (a CullBoard actor) and the
+  survivors go on in place, on the CPUs the culled ones free. Otherwise in two Tune phases: phase one trains
+  every trial to the cull step and checkpoints its full training state; the best resume from it to the end.
 - ``asha``: one Tune run with a plain ASHAScheduler (grace period = the cull step, reduction factor =
   the number of trials). ASHA lets the first trial through each rung, so more than ``keep`` may finish.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 import math
 import shutil
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,16 +22,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import ray
 from ray import tune
-from ray.train import FailureConfig, RunConfig, ScalingConfig
-from ray.train.torch import TorchTrainer
-from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY, TuneReportCallback
+from ray.tune import Callback
 from ray.tune.schedulers import ASHAScheduler
-from ray.tune.trainable import wrap_function
 
 from augsbert_ray.config import JobSpec, TuningSpec
 from augsbert_ray.runtime import log
 from augsbert_ray.training.ray_fit import TrainFile
-from augsbert_ray.tuning.trial_loop import cull_step, eval_steps, total_steps, tuning_train_loop
+from augsbert_ray.tuning.trial_loop import CullBoard, cull_step, eval_steps, score_key, total_steps, tuning_train_loop
 
 
 @dataclass
@@ -84,75 +84,27 @@ def training_rows(files: list[TrainFile]) -> int:
 def plan_trials(setup: SearchSetup, train_sets: dict[int | None, list[TrainFile]]) -> list[Trial]:
     """Seeds x top_k values; the training files of each k are made once and shared by its seeds."""
     trials = []
-    workers = setup.spec.training.num_workers
     for k, files in train_sets.items():
         rows = training_rows(files)
-        steps = total_steps(rows, setup.spec.bi_encoder.batch_size, workers, setup.spec.bi_encoder.epochs)
+        steps = total_steps(rows, setup.spec.bi_encoder.batch_size, setup.spec.bi_encoder.epochs)
         for seed in setup.tuning.seed_list(setup.spec.seed):
             name = f"{setup.model_name}-{'' if k is None else f'k{k}-'}s{seed}"
             trials.append(Trial(name=name, seed=seed, top_k=k, train_files=files, total_steps=steps))
     return trials
 
 
-def trial_driver(tune_config: dict[str, Any]) -> None:
-    """A Tune trial: build and fit a TorchTrainer; TuneReportCallback forwards the workers' reports to Tune."""
-    config = tune_config["run"]
-    trainer = TorchTrainer(
-        tuning_train_loop,
-        train_loop_config=config["loop"],
-        scaling_config=ScalingConfig(**config["scaling"]),
-        run_config=RunConfig(
-            name=config["name"],
-            storage_path=config["storage"],
-            failure_config=FailureConfig(max_failures=config["max_failures"]),
-            callbacks=[TuneReportCallback()],
-        ),
-    )
-    try:
-        trainer.fit()
-    finally:
-        Path(config["loop"]["stop_file"] + ".done").touch()
+def trial_resources(tuning: TuningSpec) -> dict[str, float]:
+    return {"CPU": tuning.cpus_per_trial, **({"GPU": tuning.gpus_per_trial} if tuning.gpus_per_trial > 0 else {})}
 
 
-class StoppableTrial(wrap_function(trial_driver)):  # type: ignore[misc]
-    """When Tune stops a trial (ASHA), ask its Ray Train run to stop and wait for it to end by itself.
-
-    Otherwise Tune ends the trial actor, which takes the Ray Train controller with it before the controller
-    can free its workers' placement group; on a small machine the next trials then wait forever for CPUs."""
-
-    STOP_WAIT_S = 300
-
-    def cleanup(self) -> None:
-        stop_file = Path(self.config["run"]["loop"]["stop_file"])
-        stop_file.touch()  # the workers check it after every step
-        deadline = time.monotonic() + self.STOP_WAIT_S
-        while not Path(str(stop_file) + ".done").exists() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        super().cleanup()
-
-
-# The Tune trial actor only waits on its TorchTrainer; Tune refuses a zero request, so it takes a sliver
-# of the trial's CPUs and the Ray Train workers hold the rest.
-TRIAL_ACTOR_CPU = 0.01
-
-
-def worker_cpus(setup: SearchSetup) -> float:
-    return max(setup.tuning.cpus_per_trial - TRIAL_ACTOR_CPU, TRIAL_ACTOR_CPU) / setup.spec.training.num_workers
-
-
-def scaling(setup: SearchSetup) -> dict[str, Any]:
-    """Each trial's resources, split evenly over its Ray Train workers."""
-    workers = setup.spec.training.num_workers
-    resources = {"CPU": worker_cpus(setup)}
-    if setup.tuning.gpus_per_trial > 0:
-        resources["GPU"] = setup.tuning.gpus_per_trial / workers
-    return {"num_workers": workers, "use_gpu": setup.tuning.gpus_per_trial > 0, "resources_per_worker": resources}
+def torch_threads(cpus: float) -> int:
+    """Threads for a trial's share of CPUs: at least one (float-safe: 0.4 * 5 must give 2)."""
+    return max(1, math.floor(cpus + 1e-9))
 
 
 def concurrent_trials(tuning: TuningSpec, cluster: dict[str, float]) -> int:
-    """``tuning.max_concurrent_trials``, else as many trials as the cluster's CPUs (and GPUs) hold at once.
-    Tune alone would start every trial's actor, since each takes only a sliver of a CPU; the trials whose
-    Ray Train workers then find no CPUs time out after 60 s and retry, over and over, and load the machine."""
+    """``tuning.max_concurrent_trials``, else as many trials as the cluster's CPUs (and GPUs) hold at once: the
+    in-place cull needs every trial running, so the search must know whether they all fit."""
     if tuning.max_concurrent_trials is not None:
         return tuning.max_concurrent_trials
     fits = [cluster.get("CPU", 0.0) / tuning.cpus_per_trial]
@@ -161,50 +113,52 @@ def concurrent_trials(tuning: TuningSpec, cluster: dict[str, float]) -> int:
     return max(1, math.floor(min(fits) + 1e-9))  # 1.0 / 0.2 must give 5
 
 
-def trial_config(setup: SearchSetup, trial: Trial, phase: str, stop_at: int | None, resume_from: str | None) -> dict[str, Any]:
-    cull = cull_step(trial.total_steps, setup.tuning.cull_at)
+def trial_config(
+    setup: SearchSetup, trial: Trial, phase: str, stop_at: int | None, resume_from: str | None, cull: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """What Tune runs for ``trial`` in ``phase``: ``stop_at`` checkpoints and stops there; ``cull`` (the board,
+    cull step and threads after it) makes the trial ask the board there whether it goes on."""
     loop = {
+        "name": f"{setup.model_name}-{phase}-{trial.name}",
+        "trial": trial.name,
         "spec": setup.spec.bi_encoder.model_dump(mode="json"),
         "model": setup.base_model,
         "train_files": trial.train_files,
         "seed": trial.seed,
+        "threads": torch_threads(setup.tuning.cpus_per_trial),
         "total_steps": trial.total_steps,
-        "eval_steps": eval_steps(trial.total_steps, cull, setup.tuning.eval_every),
+        "eval_steps": eval_steps(trial.total_steps, cull_step(trial.total_steps, setup.tuning.cull_at), setup.tuning.eval_every),
         "stop_at": stop_at,
+        "cull": cull,
         "resume_from": resume_from,
         "dev_file": setup.dev_file,
         "task": setup.spec.task,
-        # Tune asks a trial to stop by creating this file; the worker writes the steps it ran to <file>.steps.
-        "stop_file": str((setup.storage / "stop" / f"{setup.model_name}-{phase}-{trial.name}").resolve()),
-        # Ray caps a worker's threads at its CPUs; at least one.
-        "threads": max(1, round(worker_cpus(setup))),
     }
-    return {
-        "name": f"{trial.name}-{phase}",
-        "trial": trial.name,
-        "loop": loop,
-        "scaling": scaling(setup),
-        "storage": str((setup.storage / "ray_train").resolve()),
-        "max_failures": setup.spec.training.max_failures,
-    }
+    return {"name": f"{trial.name}-{phase}", "trial": trial.name, "loop": loop}
 
 
-def clear_stopped_attempt(setup: SearchSetup, configs: list[dict[str, Any]], phase: str) -> None:
-    """A resumed run starts an unfinished search over. What a stopped attempt of this phase left would leak
-    into it: its stop files end the new trials after one step, and Ray Train restores a run's checkpoints
-    from its storage directory."""
+def run_trial(tune_config: dict[str, Any]) -> None:
+    tuning_train_loop(tune_config["run"]["loop"])
+
+
+class TellBoardOfFailures(Callback):
+    """A trial that failed for good never reaches the cull step: the board must not wait for it."""
+
+    def __init__(self, board: Any) -> None:
+        self.board = board
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self.board.trial_failed.remote(trial.config["run"]["trial"])
+
+
+def run_phase(
+    setup: SearchSetup, configs: list[dict[str, Any]], phase: str, scheduler: Any = None, callbacks: list[Callback] | None = None
+) -> dict[str, Any]:
+    """Run the trials concurrently as one Tune experiment; returns Tune's Result per trial name. A resumed run
+    starts an unfinished search over, so what a stopped attempt of this phase left is removed first."""
     shutil.rmtree(setup.storage / f"{setup.model_name}-{phase}", ignore_errors=True)
-    for config in configs:
-        shutil.rmtree(Path(config["storage"]) / config["name"], ignore_errors=True)
-        for suffix in ("", ".done", ".steps"):
-            Path(config["loop"]["stop_file"] + suffix).unlink(missing_ok=True)
-
-
-def run_phase(setup: SearchSetup, configs: list[dict[str, Any]], phase: str, scheduler: Any = None) -> dict[str, Any]:
-    """Run the trials concurrently as one Tune experiment; returns Tune's Result per trial name."""
-    clear_stopped_attempt(setup, configs, phase)
     tuner = tune.Tuner(
-        tune.with_resources(StoppableTrial, {"CPU": TRIAL_ACTOR_CPU}),
+        tune.with_resources(run_trial, trial_resources(setup.tuning)),
         param_space={"run": tune.grid_search(configs)},
         tune_config=tune.TuneConfig(
             scheduler=scheduler,
@@ -214,9 +168,11 @@ def run_phase(setup: SearchSetup, configs: list[dict[str, Any]], phase: str, sch
             trial_name_creator=lambda t: t.config["run"]["name"],
             trial_dirname_creator=lambda t: t.config["run"]["name"],
         ),
-        run_config=tune.RunConfig(name=f"{setup.model_name}-{phase}", storage_path=str(setup.storage.resolve()), verbose=0),
+        run_config=tune.RunConfig(
+            name=f"{setup.model_name}-{phase}", storage_path=str(setup.storage.resolve()), verbose=0, callbacks=callbacks,
+            failure_config=tune.FailureConfig(max_failures=setup.spec.training.max_failures or 0),
+        ),
     )
-    (setup.storage / "stop").mkdir(parents=True, exist_ok=True)
     grid = tuner.fit()
     results = {result.config["run"]["trial"]: result for result in grid}
     failed = {name: result.error for name, result in results.items() if result.error is not None}
@@ -237,26 +193,54 @@ def reports(result: Any) -> list[dict[str, Any]]:
 def record(trial: Trial, result: Any, cull: int) -> None:
     rows = reports(result)
     trial.history += [(int(row["step"]), float(row["dev_score"])) for row in rows]
-    ran = Path(result.config["run"]["loop"]["stop_file"] + ".steps")
-    if ran.exists():  # written by the worker: a trial stopped by Tune may have run past its last report
-        trial.steps += int(ran.read_text())
-    elif rows:
+    if rows:  # reporting is synchronous: a trial that Tune stopped ran no step past its last report
         trial.steps += int(rows[-1]["steps_run"])
     for step, score in trial.history:
         if step == cull:
             trial.cull_score = score
         if step == trial.total_steps:
             trial.final_score = score
-    trial.checkpoint = (result.metrics or {}).get(CHECKPOINT_PATH_KEY, trial.checkpoint)
+    if result.checkpoint is not None:
+        trial.checkpoint = result.checkpoint.path
 
 
-def score_key(score: float | None) -> float:
-    return -math.inf if score is None or math.isnan(score) else score
+def log_cull(setup: SearchSetup, culls: dict[str, int], survivors: list[Trial], culled: list[Trial]) -> None:
+    log.info("tuning %s: culled at step %s: %s; going on: %s", setup.model_name, sorted(set(culls.values())),
+             [t.name for t in culled], [t.name for t in survivors])
 
 
 def sync_search(setup: SearchSetup, trials: list[Trial]) -> None:
-    """Phase one to the cull step; the best ``keep`` resume from their checkpoints to the end."""
+    """Every trial to the cull step, then the best ``keep`` to the end: in place when the cluster holds every
+    trial at once, else from checkpoints in a second phase."""
     culls = {trial.name: cull_step(trial.total_steps, setup.tuning.cull_at) for trial in trials}
+    if concurrent_trials(setup.tuning, ray.cluster_resources()) >= len(trials):
+        in_place_search(setup, trials, culls)
+    else:
+        checkpointed_search(setup, trials, culls)
+
+
+def in_place_search(setup: SearchSetup, trials: list[Trial], culls: dict[str, int]) -> None:
+    """One Tune run: the trials meet at the cull step, the culled ones end there, and the survivors train on,
+    with the threads of the CPUs that the culled ones reserved."""
+    name = f"augsbert-cull-{setup.model_name}-{uuid.uuid4().hex[:8]}"
+    board = CullBoard.options(name=name).remote([trial.name for trial in trials], setup.tuning.keep)
+    threads = torch_threads(setup.tuning.cpus_per_trial * len(trials) / min(setup.tuning.keep, len(trials)))
+    configs = [
+        trial_config(setup, trial, "search", None, None, cull={"board": name, "step": culls[trial.name], "threads": threads})
+        for trial in trials
+    ]
+    try:
+        results = run_phase(setup, configs, "search", callbacks=[TellBoardOfFailures(board)])
+    finally:
+        ray.kill(board)
+    for trial in trials:
+        record(trial, results[trial.name], culls[trial.name])
+        trial.status = "survived" if trial.final_score is not None else "culled"
+    log_cull(setup, culls, [t for t in trials if t.status == "survived"], [t for t in trials if t.status == "culled"])
+
+
+def checkpointed_search(setup: SearchSetup, trials: list[Trial], culls: dict[str, int]) -> None:
+    """Phase one to the cull step; the best ``keep`` resume from their checkpoints to the end."""
     configs = [trial_config(setup, trial, "phase1", culls[trial.name], None) for trial in trials]
     results = run_phase(setup, configs, "phase1")
     for trial in trials:
@@ -267,8 +251,7 @@ def sync_search(setup: SearchSetup, trials: list[Trial]) -> None:
     survivors = ranked[: setup.tuning.keep]
     for trial in ranked[setup.tuning.keep :]:
         trial.status = "culled"
-    log.info("tuning %s: culled at step %s: %s; going on: %s", setup.model_name, sorted(set(culls.values())),
-             [t.name for t in ranked[setup.tuning.keep :]], [t.name for t in survivors])
+    log_cull(setup, culls, survivors, ranked[setup.tuning.keep :])
     configs = [trial_config(setup, trial, "phase2", None, trial.checkpoint) for trial in survivors]
     results = run_phase(setup, configs, "phase2")
     for trial in survivors:

@@ -1,33 +1,37 @@
-"""One tuning trial on a Ray Train worker: a bi-encoder fit that reports dev metrics at fixed steps,
-stops (with a full training-state checkpoint) at the cull step, or resumes from one and runs to the end."""
+"""One tuning trial, a Ray Tune function trainable: a bi-encoder fit in the trial's own process that reports dev
+metrics at fixed steps. At the cull step it either asks the search's CullBoard whether it goes on (every trial
+runs at once: the survivors go on in place) or saves its full training state and stops (the search resumes the
+best from it later); a fit given such a state resumes from it and runs to the end."""
 
 from __future__ import annotations
 
+import asyncio
 import math
-import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
-import ray.train
-from ray.train import Checkpoint
+import ray
+from ray import tune
 
 from augsbert_ray.config import BiEncoderSpec
 from augsbert_ray.evaluation.metrics import dev_metric
+from augsbert_ray.runtime import configure_torch_threads
 from augsbert_ray.training.bi_encoder import bi_encoder_loss
 from augsbert_ray.training.ray_fit import (
     read_training_pairs, training_arguments, training_dataset, with_progress_line, worker_setup,
 )
 
 
-def total_steps(rows: int, batch_size: int, workers: int, epochs: int) -> int:
-    """Optimizer steps of a full fit. Under DDP (always, in Ray Train) sentence-transformers drops the last
-    partial batch, and the full batches are split over the workers."""
-    per_epoch = rows // batch_size // workers
+def total_steps(rows: int, batch_size: int, epochs: int) -> int:
+    """Optimizer steps of a full fit. A trial drops the last partial batch of an epoch (as every Ray Train fit
+    does under DDP), so that a batch never mixes epochs."""
+    per_epoch = rows // batch_size
     if per_epoch < 1:
-        raise ValueError(f"{rows} training pairs make no full batch of {batch_size} per worker ({workers} workers)")
+        raise ValueError(f"{rows} training pairs make no full batch of {batch_size}")
     return per_epoch * epochs
 
 
@@ -78,28 +82,71 @@ def epoch_seeded_batch_sampler(dataset: Any, batch_size: int, drop_last: bool, v
     )
 
 
-def make_reporter(
-    model: Any, dev: Any, task: str, steps: list[int], stop_at: int | None, stop_file: str, is_rank_zero: bool
-) -> Any:
+@ray.remote(num_cpus=0)
+class CullBoard:
+    """Where the trials of an in-place search meet at the cull step: each posts its dev score and waits until
+    every trial has posted (or failed for good); the best ``keep`` go on, ties in plan order."""
+
+    def __init__(self, trials: list[str], keep: int) -> None:
+        self.order = trials
+        self.keep = keep
+        self.scores: dict[str, float] = {}
+        self.failed: set[str] = set()
+        self.decided = asyncio.Event()
+
+    def _check(self) -> None:
+        if set(self.order) <= set(self.scores) | self.failed:
+            self.decided.set()
+
+    async def goes_on(self, trial: str, score: float) -> bool:
+        """Post ``trial``'s dev score and wait for the verdict: True if it is among the best ``keep``."""
+        self.scores.setdefault(trial, score)  # a trial restarted after a failure posts again
+        self._check()
+        await self.decided.wait()
+        ranked = sorted(self.scores, key=lambda name: (-score_key(self.scores[name]), self.order.index(name)))
+        return trial in ranked[: self.keep]
+
+    def trial_failed(self, trial: str) -> None:
+        """A trial that failed for good is out; the others need not wait for it."""
+        self.failed.add(trial)
+        self._check()
+
+
+def score_key(score: float | None) -> float:
+    return -math.inf if score is None or math.isnan(score) else score
+
+
+def make_reporter(model: Any, dev: Any, config: dict[str, Any]) -> Any:
     from transformers import TrainerCallback
 
+    task, steps, stop_at, cull = config["task"], config["eval_steps"], config["stop_at"], config["cull"]
+    board = ray.get_actor(cull["board"]) if cull is not None else None
+
     class TrialReporter(TrainerCallback):
-        """Reports dev metrics to Ray Train at the chosen steps; at ``stop_at`` it makes the trainer save
-        its full state (model, optimizer, scheduler, RNG, step) and stop, and reports that checkpoint."""
+        """Reports dev metrics to Tune at the chosen steps. At the cull step of an in-place search it asks the
+        board whether the fit goes on (on the CPUs the culled trials freed) or stops; at ``stop_at`` it makes
+        the trainer save its full state (model, optimizer, scheduler, RNG, step), reports it and stops."""
 
         start_step = 0
+        train_begin = math.nan
 
         def metrics(self, state: Any) -> dict[str, Any]:
-            score = dev_score(model, dev, task) if is_rank_zero else float("nan")
+            scoring_from = time.time()
             return {
                 "step": state.global_step,
                 "fraction": state.global_step / state.max_steps,
-                "dev_score": score,
+                "dev_score": dev_score(model, dev, task),
                 "steps_run": state.global_step - self.start_step,  # optimizer steps this fit ran
+                # wall clock (epoch seconds) in the trial, for where its time goes
+                "clock_loop_start": config["loop_start"],
+                "clock_train_begin": self.train_begin,
+                "clock_scoring": scoring_from,
+                "clock_scored": time.time(),
             }
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.start_step = state.global_step  # already restored when resuming
+            self.train_begin = time.time()
 
         def on_epoch_begin(self, args: Any, state: Any, control: Any, train_dataloader: Any = None, **kwargs: Any) -> None:
             # The trainer's set_epoch does not reach our sampler through every dataloader wrapper.
@@ -108,20 +155,24 @@ def make_reporter(
                 sampler.set_epoch(int(state.epoch + 1e-9))
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if os.path.exists(stop_file):  # Tune stopped this trial (ASHA): end the fit cleanly
-                control.should_training_stop = True
-            elif state.global_step == stop_at:
+            if state.global_step == stop_at:
                 control.should_save = True
                 control.should_training_stop = True
+            elif board is not None and state.global_step == cull["step"]:
+                metrics = self.metrics(state)
+                tune.report(metrics)
+                if ray.get(board.goes_on.remote(config["trial"], metrics["dev_score"])):
+                    configure_torch_threads(cull["threads"])
+                else:
+                    control.should_training_stop = True
             elif state.global_step in steps and state.global_step != state.max_steps:
-                ray.train.report(self.metrics(state))
+                tune.report(self.metrics(state))
 
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             if state.global_step != stop_at:
                 return
-            metrics = {**self.metrics(state), "culled_at": stop_at}
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            ray.train.report(metrics, checkpoint=Checkpoint.from_directory(str(folder)) if is_rank_zero else None)
+            tune.report({**self.metrics(state), "culled_at": stop_at}, checkpoint=tune.Checkpoint.from_directory(str(folder)))
 
     return TrialReporter()
 
@@ -137,8 +188,10 @@ def find_batch_sampler(dataloader: Any) -> Any:
 
 
 def tuning_train_loop(config: dict[str, Any]) -> None:
-    """config: spec, model, train_files, seed, total_steps, eval_steps, stop_at (or None), resume_from
-    (a checkpoint directory, or None), dev_file, task."""
+    """A Tune trial. config: name, trial, spec, model, train_files, seed, threads, total_steps, eval_steps,
+    stop_at (or None), cull (None, or the in-place search's board, cull step and threads after it),
+    resume_from (a training state's directory, or None), dev_file, task."""
+    config = {**config, "loop_start": time.time()}
     worker_setup(config)
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 
@@ -148,25 +201,17 @@ def tuning_train_loop(config: dict[str, Any]) -> None:
     model = SentenceTransformer(config["model"])
     model.max_seq_length = spec.max_seq_length
     loss = bi_encoder_loss(model, spec)
-    is_rank_zero = ray.train.get_context().get_world_rank() == 0
     with tempfile.TemporaryDirectory() as output_dir:
-        args = training_arguments(SentenceTransformerTrainingArguments, spec, config["seed"], output_dir, True)
+        args = training_arguments(SentenceTransformerTrainingArguments, spec, config["seed"], output_dir, True, distributed=False)
         # The schedule (warmup, decay) spans the full fit even when this run stops at the cull step.
         args.max_steps = config["total_steps"]
+        args.dataloader_drop_last = True
         args.batch_sampler = epoch_seeded_batch_sampler
-        reporter = make_reporter(
-            model, dev, config["task"], config["eval_steps"], config["stop_at"], config["stop_file"], is_rank_zero
-        )
+        reporter = make_reporter(model, dev, config)
         trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=training_dataset(table), loss=loss, callbacks=[reporter])
-        with_progress_line(trainer, Path(config["stop_file"]).name)
+        with_progress_line(trainer, config["name"])
         trainer.train(resume_from_checkpoint=config["resume_from"])
-        if is_rank_zero:  # the steps this fit ran, also when Tune stopped it after its last report
-            Path(config["stop_file"] + ".steps").write_text(str(trainer.state.global_step - reporter.start_step))
-        if trainer.state.global_step == config["total_steps"] and not os.path.exists(config["stop_file"]):
-            metrics = {**reporter.metrics(trainer.state), "final": True}
-            if is_rank_zero:
-                with tempfile.TemporaryDirectory() as model_dir:
-                    model.save_pretrained(model_dir)
-                    ray.train.report(metrics, checkpoint=Checkpoint.from_directory(model_dir))
-            else:
-                ray.train.report(metrics)
+        if trainer.state.global_step == config["total_steps"]:
+            with tempfile.TemporaryDirectory() as model_dir:
+                model.save_pretrained(model_dir)
+                tune.report({**reporter.metrics(trainer.state), "final": True}, checkpoint=tune.Checkpoint.from_directory(model_dir))
