@@ -14,7 +14,7 @@ from augsbert_ray.cli import main
 from augsbert_ray.config import JobSpec, SpecError, TuningSpec, load_spec
 from augsbert_ray.data import load_gold
 from augsbert_ray.tuning.search import SearchSetup, concurrent_trials, plan_trials, record, run_phase, search, trial_config
-from augsbert_ray.tuning.trial_loop import cull_step, eval_steps, total_steps
+from augsbert_ray.tuning.trial_loop import CullBoard, cull_step, eval_steps, total_steps
 
 TRAIN_ROWS, BATCH, EPOCHS = 40, 8, 4  # 5 steps per epoch, 20 in all
 SEEDS = [11, 12, 13]
@@ -211,3 +211,21 @@ def test_tune_command_searches_top_k_with_silver_made_once(
 def test_tune_command_needs_a_tuning_section(capsys) -> None:
     assert main(["tune", "jobs/stsb_indomain_bm25.yaml"]) == 2
     assert "needs a 'tuning' section" in capsys.readouterr().err
+
+
+def test_the_cull_board_waits_for_every_trial_or_its_failure(ray_session) -> None:
+    import ray
+
+    board = CullBoard.remote(["a", "b", "c", "d"], 2)
+    waiting = [board.goes_on.remote("a", 80.0), board.goes_on.remote("b", float("nan")), board.goes_on.remote("c", 81.0)]
+    ready, _ = ray.wait(waiting, timeout=1.0)
+    assert ready == []  # "d" has neither posted nor failed
+    board.trial_failed.remote("d")
+    assert ray.get(waiting, timeout=30) == [True, False, True]  # a NaN score ranks last
+    # a trial restarted after a failure posts again: its first score stands, and the verdict comes at once
+    assert ray.get(board.goes_on.remote("a", 0.0), timeout=30) is True
+    ray.kill(board)
+
+    tied = CullBoard.remote(["x", "y"], 1)
+    assert ray.get([tied.goes_on.remote("y", 1.0), tied.goes_on.remote("x", 1.0)], timeout=30) == [False, True]  # plan order
+    ray.kill(tied)

@@ -37,7 +37,7 @@ def tuning_markdown(title: str, summary: dict[str, Any]) -> str:
             f"## {name}",
             "",
             f"Scheduler `{data['scheduler']}`: every trial trains to {data['cull_at']:.0%} of its steps; "
-            f"the best {data['keep']} by dev score there go on from their checkpoint (steps per fit: {', '.join(map(str, cull_steps))}).",
+            f"the best {data['keep']} by dev score there go on (steps per fit: {', '.join(map(str, cull_steps))}).",
             "",
             "| trial | seed | top_k | dev at cull point | dev at end | steps trained | status |",
             "|---|---:|---:|---:|---:|---:|---|",
