@@ -224,7 +224,7 @@ def in_place_search(setup: SearchSetup, trials: list[Trial], culls: dict[str, in
     with the threads of the CPUs that the culled ones reserved."""
     name = f"augsbert-cull-{setup.model_name}-{uuid.uuid4().hex[:8]}"
     board = CullBoard.options(name=name).remote([trial.name for trial in trials], setup.tuning.keep)
-    threads = torch_threads(setup.tuning.cpus_per_trial * len(trials) / min(setup.tuning.keep, len(trials)))
+    threads = torch_threads(setup.tuning.cpus_per_trial * len(trials) / setup.tuning.keep)  # the spec holds keep <= trials
     configs = [
         trial_config(setup, trial, "search", None, None, cull={"board": name, "step": culls[trial.name], "threads": threads})
         for trial in trials
