@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import re
 import shlex
@@ -58,14 +57,9 @@ def job_spec(args: argparse.Namespace, overrides: list[str]) -> tuple[JobSpec, P
 
 
 def run_in(args: argparse.Namespace, spec: JobSpec, resume: Path | None, runner: Callable[..., Path]) -> Path:
-    """``runner`` (run_job or run_tuning_job) in a new run directory, or continuing ``resume``. Unless -v, Ray's and
-    the libraries' output goes to the run's run.log instead of the console."""
-    from augsbert_ray.pipeline import new_run_dir
-    from augsbert_ray.runtime import RUN_LOG, chatter_to
+    from augsbert_ray.pipeline import run_logged
 
-    run_dir = resume or new_run_dir(spec)
-    with contextlib.nullcontext() if args.verbose else chatter_to(run_dir / RUN_LOG):
-        return runner(spec, data_dir=args.data_dir, resume=resume, force_resume=args.force_resume, run_dir=None if resume else run_dir)
+    return run_logged(runner, spec, resume, args.verbose, data_dir=args.data_dir, force_resume=args.force_resume)
 
 
 def _run(args: argparse.Namespace) -> int:

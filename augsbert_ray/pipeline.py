@@ -3,8 +3,10 @@ augsbert_ray.stages; metrics.json is assembled from what the stages returned."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from augsbert_ray.evaluation import Evaluation
 from augsbert_ray.layout import METRICS_FILE, REPORT_FILE, SPEC_FILE, bi_encoder_name
 from augsbert_ray.report import plot_score_densities, write_report
 from augsbert_ray.resume import FINGERPRINT_FILE, changed_entries, describe, fit_still_matches, run_fingerprint, write_fingerprint
-from augsbert_ray.runtime import init_ray, log
+from augsbert_ray.runtime import RUN_LOG, chatter_to, init_ray, log
 from augsbert_ray.stages import (
     CandidateSource, Fit, FitLedger, Gold, RunContext, Silver, StageClock, check_teacher, evaluate_models, given_target_pairs,
     make_silver, read_gold, read_target, silver_by_top_k, silver_dirs_by_k, student_fitter, teacher_stage, train_bi_encoder,
@@ -35,6 +37,26 @@ def new_run_dir(spec: JobSpec) -> Path:
         run_dir = (spec.output_dir / f"{spec.name}-{stamp}-{suffix}").resolve()
     run_dir.mkdir(parents=True)
     return run_dir
+
+
+def run_logged(runner: Callable[..., Path], spec: JobSpec, resume: Path | None = None, verbose: bool = False, **kwargs: Any) -> Path:
+    """``runner`` (run_job or run_tuning_job) in a new run directory, or continuing ``resume``; returns the run
+    directory. Unless ``verbose``, Ray's and the libraries' output goes to the run's run.log instead of the console.
+
+    Args:
+        runner: run_job or run_tuning_job.
+        spec: the job spec.
+        resume: an unfinished run directory to continue.
+        verbose: leave that output on the console.
+        kwargs: the runner's other arguments (data_dir, force_resume).
+
+    Example::
+
+        run_dir = run_logged(run_job, load_spec("jobs/stsb_indomain_bm25.yaml"), data_dir="../shared/data")
+    """
+    run_dir = resume or new_run_dir(spec)
+    with contextlib.nullcontext() if verbose else chatter_to(run_dir / RUN_LOG):
+        return runner(spec, resume=resume, run_dir=None if resume else run_dir, **kwargs)
 
 
 def start_run(

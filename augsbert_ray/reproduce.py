@@ -127,7 +127,7 @@ def shared_teacher(runs: Path, base: str, part: str | None, stopped: Path | None
 
 def run_one(name: str, seed: int, args: argparse.Namespace, runs: Path) -> None:
     """One experiment at one seed (or one --part of it), unless it has finished; a stopped run is resumed."""
-    from augsbert_ray.pipeline import run_job
+    from augsbert_ray.pipeline import run_job, run_logged
 
     base = base_name(name, seed, args)
     run_name = f"{base}_{args.part}" if args.part else base
@@ -139,7 +139,7 @@ def run_one(name: str, seed: int, args: argparse.Namespace, runs: Path) -> None:
     unfinished = sorted(path.parent for path in runs.glob(f"{run_name}-*/spec.yaml"))  # stopped runs: continue the latest
     stopped = unfinished[-1] if unfinished else None
     spec = load_spec(ROOT / job, [*overrides, *shared_teacher(runs, base, args.part, stopped)])
-    run_dir = run_job(spec, data_dir=args.data_dir, resume=stopped)
+    run_dir = run_logged(run_job, spec, stopped, args.verbose, data_dir=args.data_dir)
     (run_dir / "host.json").write_text(json.dumps(host()), encoding="utf-8")
 
 

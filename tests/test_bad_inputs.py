@@ -836,11 +836,13 @@ def test_label_warns_when_nothing_is_labeled(ray_session, tiny_cross_encoder: Pa
 # --- --address: an unreachable cluster fails within AUGSBERT_CONNECT_TIMEOUT -----------------------------------
 
 
-def label_in_a_process(tiny_cross_encoder: Path, tmp_path: Path, address: str, timeout_s: str) -> tuple[subprocess.CompletedProcess, float]:
+def label_in_a_process(
+    tiny_cross_encoder: Path, tmp_path: Path, address: str, timeout_s: str, env_vars: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess, float]:
     """`augsbert label --address ADDRESS` in a process of its own (this session's Ray would be reused)."""
     pairs = tmp_path / "pairs.csv"
     pairs.write_text("sentence1,sentence2\na cat,a dog\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "AUGSBERT_CONNECT_TIMEOUT": timeout_s}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "AUGSBERT_CONNECT_TIMEOUT": timeout_s, **(env_vars or {})}
     env.pop("RAY_ADDRESS", None)
     started = time.monotonic()
     result = subprocess.run(
@@ -871,8 +873,10 @@ def test_address_that_does_not_answer_fails_after_the_timeout(tiny_cross_encoder
 
 
 def test_a_ray_client_address_that_does_not_answer_is_one_line(tiny_cross_encoder: Path, tmp_path: Path) -> None:
-    """ray:// goes to Ray Client, which gives up by itself after ~30 s; its ConnectionError becomes one line."""
-    result, _ = label_in_a_process(tiny_cross_encoder, tmp_path, "ray://127.0.0.1:1", "60")
+    """ray:// goes to Ray Client, which gives up by itself (3 tries, 5 + 10 + 15 s by default; 1 s each here, set
+    through Ray's own variables); its ConnectionError becomes one line."""
+    quick = {"RAY_CLIENT_INITIAL_CONNECTION_TIMEOUT_S": "1", "RAY_CLIENT_MAX_CONNECTION_TIMEOUT_S": "1"}
+    result, _ = label_in_a_process(tiny_cross_encoder, tmp_path, "ray://127.0.0.1:1", "60", quick)
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr.splitlines()[-1] == "augsbert label: error: cannot join a Ray cluster at ray://127.0.0.1:1: ray client connection timeout"
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from augsbert_ray.config import BiEncoderSpec
+from augsbert_ray.config import BiEncoderSpec, JobSpec
+from augsbert_ray.pipeline import run_logged
 from augsbert_ray.runtime import CONSOLE_LINE, format_seconds
 from augsbert_ray.training.bi_encoder import bi_encoder_loss
 from augsbert_ray.training.ray_fit import training_arguments, with_progress_line
@@ -107,6 +108,23 @@ def test_chatter_goes_to_the_log_and_the_console_keeps_the_runs_own_lines(tmp_pa
                     "ray chatter", "augsbert: stage 1/8", "(RayTrainWorker pid=123)"):
         assert chatter in log
     assert "after: on the console" not in log
+
+
+def test_each_run_of_reproduce_logs_to_its_own_run_log(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+    """run_logged, which `augsbert run`, `tune` and `reproduce` run a job through, diverts each run's chatter to that
+    run's run.log, and the console gets it back after the run."""
+
+    def runner(spec: JobSpec, resume: Path | None, run_dir: Path, data_dir: str) -> Path:
+        os.write(1, f"chatter of {spec.name} from {data_dir}\n".encode())
+        return run_dir
+
+    run_dirs = [run_logged(runner, JobSpec.model_validate({"output_dir": str(tmp_path), "name": name}), data_dir="data")
+                for name in ("first", "second")]
+    os.write(1, b"after the runs\n")
+    assert [(run_dir / "run.log").read_text().count("chatter of") for run_dir in run_dirs] == [1, 1]
+    assert "chatter of second from data" in (run_dirs[1] / "run.log").read_text()
+    console = capfd.readouterr().out
+    assert "chatter" not in console and "after the runs" in console
 
 
 @pytest.mark.slow
