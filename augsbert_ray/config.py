@@ -210,6 +210,7 @@ class TeacherBiEncoderSpec(BiEncoderSpec):
 
 
 TeacherKind = Literal["cross-encoder", "bi-encoder", "ensemble"]
+CalibrationMap = Literal["moments", "least-squares"]
 
 
 class TeacherSpec(_Strict):
@@ -223,6 +224,10 @@ class TeacherSpec(_Strict):
     calibration: Literal["dev", "train"] = Field(
         "dev", description="Gold split whose labels fit each member's affine map onto the gold scale (bi-encoder and "
         "ensemble teachers; a cross-encoder alone is trained on that scale already)."
+    )
+    calibration_map: CalibrationMap = Field(
+        "moments", description="The affine map: moments gives the mapped scores the gold labels' mean and standard deviation; "
+        "least-squares regresses the labels on the scores, which shrinks the silver's spread by the correlation."
     )
 
     @property

@@ -295,7 +295,7 @@ def calibrate_teacher(
     if teacher.kind != "cross-encoder":
         split = calibration.split(ctx.spec.teacher.calibration)
         scores = scored[1] if scored is not None and scored[0] is split else score_members(ctx.spec, teacher, split)
-        teacher = teacher.calibrated(scores, split.column("label").to_numpy())
+        teacher = teacher.calibrated(scores, split.column("label").to_numpy(), ctx.spec.teacher.calibration_map)
     teacher.save(ctx.layout.models)
     return teacher
 

@@ -62,12 +62,18 @@ def ensemble(minilm_with_trained_head: Path, data_dir: Path) -> Teacher:
 def test_calibration_maps_each_member_onto_the_gold_scale(ensemble: Teacher, data_dir: Path) -> None:
     dev = stsb_table(data_dir, "dev", 300)
     labels = dev.column("label").to_numpy()
-    for member in ensemble.members:
-        mapped = member.mapped(direct_scores(member, dev))
+    raw_scores = [direct_scores(member, dev) for member in ensemble.members]
+    least_squares = Teacher(tuple(TeacherMember(m.kind, m.model) for m in ensemble.members)).calibrated(raw_scores, labels, "least-squares")
+    for member, fitted, scores in zip(ensemble.members, least_squares.members, raw_scores, strict=True):
         assert not member.is_identity
-        assert abs(float(np.mean(mapped)) - float(np.mean(labels))) < 1e-4  # least squares keeps the mean
-        residual = labels - mapped
-        assert abs(float(np.sum(residual * direct_scores(member, dev)))) < 1e-2  # and is orthogonal to the scores
+        mapped = member.mapped(scores)  # moments, the default: the gold labels' mean and spread
+        assert float(np.mean(mapped)) == pytest.approx(float(np.mean(labels)), abs=1e-4)
+        assert float(np.std(mapped)) == pytest.approx(float(np.std(labels)), abs=1e-4)
+        regressed = fitted.mapped(scores)
+        assert float(np.mean(regressed)) == pytest.approx(float(np.mean(labels)), abs=1e-4)  # least squares keeps the mean
+        assert abs(float(np.sum((labels - regressed) * scores))) < 1e-2  # its residual is orthogonal to the scores
+        correlation = float(np.corrcoef(scores, labels)[0, 1])
+        assert float(np.std(regressed)) == pytest.approx(correlation * float(np.std(labels)), rel=1e-3)  # and shrinks the spread
     assert ensemble.kind == "ensemble"
     assert ensemble.labeler.startswith("ensemble(minilm_trained_head") and " + model@" in ensemble.labeler
 
