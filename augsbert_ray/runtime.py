@@ -44,6 +44,7 @@ RUN_LOG = "run.log"
 # that Ray forwards from training workers (training/ray_fit.py), without Ray's "(RayTrainWorker pid=...)" prefix.
 CONSOLE_LINE = re.compile(r"\d\d:\d\d:\d\d [A-Z]+ augsbert(\.[\w.]+)?: |fit \S+: step \d+/\d+")
 RAY_PREFIX = re.compile(r"^(\x1b\[[\d;]*m)?\(\w+ pid=\d+(, ip=[\d.]+)?\)(\x1b\[[\d;]*m)? ")
+RAY_DEDUP_NOTE = re.compile(r"(\x1b\[[\d;]*m)? \[repeated \d+x across cluster\].*$")  # Ray's note after a deduplicated line
 
 
 def configure_torch_threads(threads: int) -> None:
@@ -236,6 +237,7 @@ def _sort_lines(read_end: int, log_file: Path, console: int, done: threading.Eve
                 # what a terminal would show: the part after the last carriage return (a cleared progress bar)
                 text = RAY_PREFIX.sub("", line.decode("utf-8", "replace")).rsplit("\r", 1)[-1]
                 if CONSOLE_LINE.match(text):
+                    text = RAY_DEDUP_NOTE.sub("", text)
                     with contextlib.suppress(OSError):  # a console that went away (a closed pipe) only loses lines
                         os.write(console, (text + "\n").encode())
     os.close(read_end)

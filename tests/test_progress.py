@@ -82,6 +82,8 @@ with chatter_to(Path(sys.argv[1])):
     logging.getLogger("ray").warning("ray chatter")
     log.info("stage 1/8: read gold data")
     print("\x1b[36m(RayTrainWorker pid=123)\x1b[0m fit sbert: step 5/10 (50%), 1.00 steps/s, ETA 0m05s", flush=True)
+    print("\x1b[36m(run_trial pid=124)\x1b[0m fit sbert-s43: step 2/10 (20%), 0.50 steps/s, ETA 0m16s\x1b[32m [repeated 2x "
+          "across cluster] (Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable log deduplication)\x1b[0m", flush=True)
     log.warning("the teacher is not better than SBERT")
     print("\x1b[36m(RayTrainWorker pid=123)\x1b[0m \r      \r12:00:00 INFO augsbert: resuming from step 20", flush=True)
 print("after: on the console", flush=True)
@@ -99,6 +101,7 @@ def test_chatter_goes_to_the_log_and_the_console_keeps_the_runs_own_lines(tmp_pa
         f"INFO augsbert: Ray's and the libraries' output goes to {tmp_path / 'run.log'} (-v shows it here)",
         "INFO augsbert: stage 1/8: read gold data",
         "fit sbert: step 5/10 (50%), 1.00 steps/s, ETA 0m05s",
+        "fit sbert-s43: step 2/10 (20%), 0.50 steps/s, ETA 0m16s",  # without Ray's note on the lines it deduplicated
         "WARNING augsbert: the teacher is not better than SBERT",
         "INFO augsbert: resuming from step 20",
         "after: on the console",
