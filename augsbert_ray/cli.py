@@ -475,8 +475,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the job specs of jobs/ (in-domain STSb-1k, BWS cross-topic and in-topic, MRPC; transfer "
         "STSb -> BWS and STSb -> MRPC) once per seed, each as an `augsbert run` in --runs, and tabulate mean +- std "
         "test scores of every model (docs/RESULTS.md, bench/results/reproduce.json). A finished run is reused, a "
-        "stopped one resumed, so a long reproduction can be stopped and continued. The full version is about a day "
-        "on 2 CPU cores; --quick about 20 minutes.",
+        "stopped one resumed, so a long reproduction can be stopped and continued. As with `augsbert run`, each run's "
+        "Ray and library output goes to its run.log (augsbert -v reproduce: to the console). The full version is about "
+        "a day on 2 CPU cores; --quick about 20 minutes.",
     )
     from augsbert_ray.reproduce import add_arguments as add_reproduce_arguments
 
