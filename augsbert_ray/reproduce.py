@@ -134,7 +134,9 @@ def run_one(name: str, seed: int, args: argparse.Namespace, runs: Path) -> None:
     if finished_run(runs, base) or finished_run(runs, run_name):
         return
     job = EXPERIMENTS[name][0]
-    overrides = [*overrides_for(name, args.quick, args.gpu, args.part), *args.set, f"seed={seed}", f"output_dir={runs}",
+    # the first run starts the embedded Ray (inside its run.log), and the later ones join it
+    cpus = [f"ray.num_cpus={args.cpus}"] if args.cpus else []
+    overrides = [*overrides_for(name, args.quick, args.gpu, args.part), *cpus, *args.set, f"seed={seed}", f"output_dir={runs}",
                  f"name={run_name}"]
     unfinished = sorted(path.parent for path in runs.glob(f"{run_name}-*/spec.yaml"))  # stopped runs: continue the latest
     stopped = unfinished[-1] if unfinished else None
@@ -367,10 +369,7 @@ def reproduce(args: argparse.Namespace, command: str) -> int:
     if args.part and (args.quick or set(args.only or EXPERIMENTS) & set(TRANSFER)):
         raise SpecError("--part splits the full in-domain experiments only: give --only with in-domain ones, without --quick")
     if not args.collect:
-        from augsbert_ray.runtime import init_ray
-
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the packaged MiniLM: nothing to download
-        init_ray(num_cpus=args.cpus)
     started = time.perf_counter()
     runs = Path(args.runs).resolve()
     results: dict[str, dict] = {}
