@@ -113,7 +113,7 @@ def test_chatter_goes_to_the_log_and_the_console_keeps_the_runs_own_lines(tmp_pa
     assert "after: on the console" not in log
 
 
-def test_each_run_of_reproduce_logs_to_its_own_run_log(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+def test_each_run_logs_to_its_own_run_log(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
     """run_logged, which `augsbert run`, `tune` and `reproduce` run a job through, diverts each run's chatter to that
     run's run.log, and the console gets it back after the run."""
 

@@ -63,7 +63,7 @@ def test_calibration_maps_each_member_onto_the_gold_scale(ensemble: Teacher, dat
     dev = stsb_table(data_dir, "dev", 300)
     labels = dev.column("label").to_numpy()
     raw_scores = [direct_scores(member, dev) for member in ensemble.members]
-    least_squares = Teacher(tuple(TeacherMember(m.kind, m.model) for m in ensemble.members)).calibrated(raw_scores, labels, "least-squares")
+    least_squares = ensemble.calibrated(raw_scores, labels, "least-squares")  # refits each member's map
     for member, fitted, scores in zip(ensemble.members, least_squares.members, raw_scores, strict=True):
         assert not member.is_identity
         mapped = member.mapped(scores)  # moments, the default: the gold labels' mean and spread
