@@ -20,6 +20,7 @@ from scipy.stats import spearmanr
 
 from augsbert_ray.cli import main
 from augsbert_ray.config import JobSpec
+from augsbert_ray.labeling import Teacher
 from augsbert_ray.resume import comparable_spec
 
 STRATEGIES = {"bm25": "augsbert_bm25", "random": "augsbert_rs", "kde": "augsbert_kde", "semantic": "augsbert_ss"}
@@ -101,21 +102,33 @@ def test_whole_run_on_a_tiny_model(whole_run: tuple[Path, str], tiny_model: Path
     snapshot = json.loads((run_dir / "ray_train" / "cross_encoder" / "checkpoint_manager_snapshot.json").read_text())
     assert len(snapshot["checkpoint_results"]) == 1  # only the final model is kept
 
-    # A later run that takes this run's teacher (cross_encoder.trained) fits none and labels as this run did.
-    teacher = ["--set", f"cross_encoder.trained={run_dir / 'models' / 'cross_encoder'}"]
-    settings = tiny_run_settings(tiny_model, tmp_path, "tiny_teacher", ("bm25",))
-    assert main(["run", JOB, "--data-dir", str(data_dir), *settings, *teacher]) == 0
-    (taught_dir,) = tmp_path.glob("tiny_teacher-*")
+    # A later run whose ensemble teacher takes this run's cross-encoder (cross_encoder.trained) fits only the
+    # teacher's bi-encoder, labels the same candidates, and records the whole teacher.
+    settings = tiny_run_settings(tiny_model, tmp_path, "ensemble", ("bm25",))
+    teacher = [f"cross_encoder.trained={run_dir / 'models' / 'cross_encoder'}", "teacher.kind=ensemble",
+               f"teacher.bi_encoder.model={tiny_model}", "teacher.bi_encoder.epochs=1"]
+    assert main(["run", JOB, "--data-dir", str(data_dir), *settings, *[arg for item in teacher for arg in ("--set", item)]]) == 0
+    (taught_dir,) = tmp_path.glob("ensemble-*")
     assert not (taught_dir / "ray_train" / "cross_encoder").exists()
     taught = json.loads((taught_dir / "metrics.json").read_text())
     assert taught["counts"]["trained_on"]["cross_encoder"] == 600  # from the teacher's run
+    assert taught["counts"]["trained_on"]["teacher_bi_encoder"] == 300
     assert taught["test"]["cross_encoder"] == metrics["test"]["cross_encoder"]
+    assert {"teacher_bi_encoder", "teacher", "sbert", "augsbert_bm25"} <= set(taught["test"])
+    ensemble = Teacher.load(taught_dir / "models" / "teacher.json")
+    assert [member.kind for member in ensemble.members] == ["cross_encoder", "bi_encoder"]
+    assert taught["teacher"]["kind"] == "ensemble" and taught["teacher"]["labeler"] == ensemble.labeler
+    assert taught["teacher"]["student_dev"] == pytest.approx(taught["dev"]["sbert"], abs=1e-3)
+    assert taught["teacher"]["teacher_dev"] == pytest.approx(taught["dev"]["teacher"], abs=1e-3)
+    assert "Teacher gate (before labeling): ensemble teacher dev" in (taught_dir / "report.md").read_text()
 
-    def bm25_scores(directory: Path) -> list:
-        return sorted(pq.read_table(directory / "silver" / "bm25", columns=["sentence1", "sentence2", "score"]).to_pylist(),
-                      key=lambda row: (row["sentence1"], row["sentence2"]))
+    def bm25_silver(directory: Path) -> dict:
+        return pq.read_table(directory / "silver" / "bm25", columns=["sentence1", "sentence2", "labeler"]).to_pydict()
 
-    assert bm25_scores(taught_dir) == bm25_scores(run_dir)
+    silver = bm25_silver(taught_dir)
+    assert set(silver["labeler"]) == {ensemble.labeler}
+    pairs = [set(zip(table["sentence1"], table["sentence2"])) for table in (silver, bm25_silver(run_dir))]
+    assert pairs[0] == pairs[1]
 
 
 def kill_tree(process: subprocess.Popen) -> None:

@@ -1,9 +1,8 @@
 """Any teacher: bi-encoder and ensemble teachers through the labeling engine, their calibration, resume with an
-ensemble, the teacher gate, and a whole run with an ensemble teacher."""
+ensemble and the teacher gate (a whole run with an ensemble teacher: tests/test_pipeline.py)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -158,30 +157,3 @@ def test_gate_passes_a_better_teacher(tiny_bi_encoder: Path, ray_session, data_d
     gate = check_teacher(ctx, teacher, gold, tiny_bi_encoder, gold.dev).record
     assert gate["better"] is True and gate["teacher_dev"] > gate["student_dev"] + 20
     assert not [record for record in caplog.records if record.levelname == "WARNING"]
-
-
-@pytest.mark.slow
-def test_whole_run_with_an_ensemble_teacher(ray_session, tiny_model: Path, tiny_bi_encoder: Path, data_dir: Path, tmp_path: Path) -> None:
-    overrides = [
-        "data.train_limit=200", "data.eval_limit=200", f"cross_encoder.model={tiny_model}", "cross_encoder.epochs=1",
-        f"bi_encoder.model={tiny_model}", f"evaluation.zero_shot_model={tiny_model}", "teacher.kind=ensemble",
-        f"teacher.bi_encoder.model={tiny_model}", "teacher.bi_encoder.epochs=1", f"output_dir={tmp_path}", "name=ens",
-        "sampling.strategies=[bm25]",
-    ]
-    args = ["run", "jobs/stsb_indomain_bm25.yaml", "--data-dir", str(data_dir)]
-    for override in overrides:
-        args += ["--set", override]
-    assert main(args) == 0
-    (run_dir,) = tmp_path.glob("ens-*")
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-
-    teacher = Teacher.load(run_dir / "models" / "teacher.json")
-    assert [m.kind for m in teacher.members] == ["cross_encoder", "bi_encoder"]
-    assert metrics["teacher"]["kind"] == "ensemble" and metrics["teacher"]["labeler"] == teacher.labeler
-    assert {"cross_encoder", "teacher_bi_encoder", "teacher", "sbert", "augsbert_bm25"} <= set(metrics["test"])
-    assert metrics["counts"]["trained_on"]["teacher_bi_encoder"] == 200
-    assert metrics["teacher"]["student_dev"] == pytest.approx(metrics["dev"]["sbert"], abs=1e-3)
-    assert metrics["teacher"]["teacher_dev"] == pytest.approx(metrics["dev"]["teacher"], abs=1e-3)
-    silver = pq.read_table(run_dir / "silver" / "bm25")
-    assert set(silver.column("labeler").to_pylist()) == {teacher.labeler}
-    assert "Teacher gate (before labeling): ensemble teacher dev" in (run_dir / "report.md").read_text()
