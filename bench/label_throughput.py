@@ -7,7 +7,9 @@
 and, for comparison, the engine at fp32 on torch (`--runtime torch`)
 on STSb-recombined pairs with the packaged MiniLM and a fresh one-logit head (seed 0), or with `--teacher stsb_1k`,
 the MiniLM cross-encoder fitted on STSb-1k as jobs/stsb_indomain_all_strategies.yaml fits it (kept in --work and
-reused), whose Spearman against gold on STSb dev is then reported for fp32 and int8 as well.
+reused), whose Spearman against gold on STSb dev is then reported for fp32 and int8 as well, or with
+`--teacher DIR --dev FILE`, any trained cross-encoder (e.g. the mpnet one bench/teacher_study.py fits) and the gold
+dev split it is scored on (a parquet file with sentence1, sentence2, label).
 FLOP utilization = useful transformer FLOPs (from the unpadded token counts the engine records)
 per second of (b), over the fp32 peak of a 2048x2048 torch matmul measured in this run; per second of the
 whole call, and per second spent inside the shards (start, model load and export left out); and over the
@@ -18,6 +20,8 @@ labeling N pairs with a tiny BERT.
     .venv/bin/python bench/label_throughput.py            # the figures in docs/BENCHMARKS.md
     .venv/bin/python bench/label_throughput.py --pairs 500 --rss-pairs 2000,20000   # a quick check
     .venv/bin/python bench/label_throughput.py --teacher stsb_1k --rss-pairs skip    # int8 on a trained teacher
+    .venv/bin/python bench/label_throughput.py --teacher runs/teacher_study/bws_cross_topic-seed42/models/cross_encoder \
+        --dev runs/teacher_study/bws_cross_topic-seed42/gold/dev.parquet --pairs 2000 --rss-pairs skip --out F
 
 bench/gpu_path.py measures the GPU path (bf16/fp16, actors sharing a GPU) on a machine that has one.
 """
@@ -218,11 +222,17 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=20_000)
     parser.add_argument("--rss-pairs", default="200000,2000000", help="two sizes for the tiny-BERT peak RSS, or 'skip'")
     parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
-    parser.add_argument("--teacher", choices=["fresh", "stsb_1k"], default="fresh",
-                        help="fresh: MiniLM with an untrained head; stsb_1k: the cross-encoder fitted on STSb-1k, with gold Spearman")
+    parser.add_argument("--teacher", default="fresh",
+                        help="fresh: MiniLM with an untrained head; stsb_1k: the cross-encoder fitted on STSb-1k, with gold "
+                             "Spearman; or a trained cross-encoder's directory, with --dev")
+    parser.add_argument("--dev", type=Path, help="with --teacher DIR: the gold dev split (parquet: sentence1, sentence2, label)")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "label_throughput", help="where the stsb_1k teacher is kept")
     parser.add_argument("--out", type=Path, help="default: bench/results/label_throughput.json, or label_throughput_stsb_1k.json")
     args = parser.parse_args()
+    if (args.teacher not in ("fresh", "stsb_1k")) != (args.dev is not None):
+        parser.error("--dev FILE goes with --teacher DIR, a trained cross-encoder's directory")
+    if args.dev is not None and not (Path(args.teacher) / "config.json").is_file():
+        parser.error(f"--teacher {args.teacher}: not a model directory (no config.json)")
     args.out = args.out or ROOT / "bench" / "results" / ("label_throughput.json" if args.teacher == "fresh" else "label_throughput_stsb_1k.json")
 
     import ray
@@ -244,6 +254,8 @@ def main() -> None:
     if args.teacher == "stsb_1k":
         teacher, dev_file = stsb_1k_teacher(args.work.resolve(), args.data_dir, [])
         model_dir = teacher.model_dir
+    elif args.dev is not None:
+        model_dir, dev_file = Path(args.teacher), args.dev
     else:
         torch.manual_seed(0)
         model_dir = work / "minilm_fresh_head"
@@ -267,7 +279,7 @@ def main() -> None:
     seconds["fp32_torch"], _ = engine_run(str(model_dir), pairs_file, work / "fp32_torch", cpu_spec("fp32", "torch"))
     fp32, int8, fp32_torch = scores_by_id(work / "fp32"), scores_by_id(work / "int8"), scores_by_id(work / "fp32_torch")
     load_after = os.getloadavg()[0]
-    dev = gold_spearman(str(model_dir), dev_file, work, ["fp32", "int8"]) if args.teacher == "stsb_1k" else None
+    dev = gold_spearman(str(model_dir), dev_file, work, ["fp32", "int8"]) if args.teacher != "fresh" else None
     ray.shutdown()
 
     from transformers import AutoConfig
