@@ -182,8 +182,10 @@ def test_a_run_killed_while_labeling_and_while_fitting_resumes_to_the_uninterrup
     reference = json.loads((whole_run[0] / "metrics.json").read_text())
     ray_tmpdir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # AF_UNIX socket paths must stay short
     settings = tiny_run_settings(tiny_model, tmp_path, "killed", ("bm25", "kde"))
-    # training states every 20 steps (a resume setting: what the run computes does not change)
-    first = start_augsbert(["run", JOB, "--data-dir", str(data_dir), *settings, "--set", "training.checkpoint_every=20"],
+    # the uninterrupted run's teacher, as the cross-encoder fit is not what is killed; training states every
+    # 20 steps (a resume setting: what the run computes does not change)
+    teacher = f"cross_encoder.trained={whole_run[0] / 'models' / 'cross_encoder'}"
+    first = start_augsbert(["run", JOB, "--data-dir", str(data_dir), *settings, "--set", teacher, "--set", "training.checkpoint_every=20"],
                            tmp_path / "first.log", ray_tmpdir)
     wait_until(lambda: any(tmp_path.glob("killed-*/silver/kde_pool/part-*.parquet")), first, tmp_path / "first.log")
     kill_tree(first)
