@@ -324,6 +324,11 @@ class TrainingSpec(_Strict):
     checkpoint_every: int | None = Field(
         None, gt=0, description="Save the training state every N steps, so a restarted fit resumes from it."
     )
+    bf16: bool = Field(
+        False,
+        description="bf16 mixed precision (autocast; the weights and optimizer stay fp32) in every fit: for GPUs with bf16 "
+        "and CPUs with AVX512-BF16 or AMX, where a step of the mpnet cross-encoder took 0.53 of its fp32 time.",
+    )
 
 
 # Settings that say only how a fit survives failures or what resources work gets, not what a run computes:

@@ -128,7 +128,7 @@ def test_transfer_from_target_sentences_alone(ray_session, tiny_model: Path, dat
 @pytest.mark.slow
 def test_flipped_silver_labels_change_the_trained_model(ray_session, tiny_model: Path, data_dir: Path, tmp_path: Path) -> None:
     """The bi-encoder's loss reads the silver scores: the same pairs with scores 1 - s give other weights,
-    while the same scores twice give the same weights."""
+    while the same scores twice give the same weights; training.bf16 (autocast) gives other weights, kept in fp32."""
     from safetensors.numpy import load_file
 
     from augsbert_ray.training import fit_bi_encoder
@@ -137,16 +137,19 @@ def test_flipped_silver_labels_change_the_trained_model(ray_session, tiny_model:
     scores = np.random.default_rng(0).uniform(size=64).astype(np.float32)
     pairs = gold.train.select(["sentence1", "sentence2"])
     weights = {}
-    for name, values in (("silver", scores), ("again", scores), ("flipped", 1 - scores)):
+    for name, values, bf16 in (("silver", scores, False), ("again", scores, False), ("flipped", 1 - scores, False), ("bf16", scores, True)):
         path = tmp_path / f"{name}.parquet"
         pq.write_table(pairs.append_column("score", pa.array(values)), path)
         model_dir = tmp_path / "models" / name
         fit_bi_encoder(BiEncoderSpec(model=str(tiny_model), batch_size=16, learning_rate=1e-3), str(tiny_model), [(str(path), "score")],
-                       TrainingSpec(cpus_per_worker=1), 0, tmp_path / "ray_train", name, model_dir)
+                       TrainingSpec(cpus_per_worker=1, bf16=bf16), 0, tmp_path / "ray_train", name, model_dir)
         weights[name] = load_file(str(model_dir / "model.safetensors"))
-    same = all(np.array_equal(weights["silver"][key], weights["again"][key]) for key in weights["silver"])
-    moved = max(float(np.abs(weights["silver"][key] - weights["flipped"][key]).max()) for key in weights["silver"])
-    assert same and moved > 1e-4
+
+    def moved(name: str) -> float:
+        return max(float(np.abs(weights["silver"][key] - weights[name][key]).max()) for key in weights["silver"])
+
+    assert moved("again") == 0 and moved("flipped") > 1e-4 and moved("bf16") > 1e-4
+    assert all(array.dtype == np.float32 for array in weights["bf16"].values())
 
 
 @pytest.mark.parametrize("loss", ["cosine", "cosent"])

@@ -50,12 +50,13 @@ def training_arguments(
     find_unused_parameters: bool,
     checkpoint_every: int | None = None,
     distributed: bool = True,
+    bf16: bool = False,
 ) -> Any:
     """The paper's optimizer settings. With ``checkpoint_every``, a full training state (weights,
     optimizer, scheduler, RNG) is saved every that many steps, for resuming after a failure;
     otherwise only the final model is kept (as a Ray checkpoint).
 
-    ``distributed``: inside Ray Train (gloo on CPU); False for a plain in-process fit.
+    ``distributed``: inside Ray Train (gloo on CPU); False for a plain in-process fit. ``bf16``: autocast to bf16.
     ``find_unused_parameters`` is DDP's: a bi-encoder leaves BERT's pooler unused (needs True), while
     True makes DDP fire the cross-encoder head's gradient hook twice (needs False).
     """
@@ -76,6 +77,7 @@ def training_arguments(
         logging_steps=50,
         disable_tqdm=True,
         use_cpu=not torch.cuda.is_available(),
+        bf16=bf16,
         ddp_backend="gloo" if distributed and not torch.cuda.is_available() else None,
         ddp_find_unused_parameters=find_unused_parameters,
     )
@@ -159,7 +161,7 @@ def train_and_report(
     """Worker side of every fit: run the sentence-transformers trainer and report the final model."""
     with tempfile.TemporaryDirectory() as output_dir:
         args = training_arguments(
-            args_cls, spec, config["seed"], output_dir, find_unused_parameters, config["checkpoint_every"]
+            args_cls, spec, config["seed"], output_dir, find_unused_parameters, config["checkpoint_every"], bf16=config["bf16"]
         )
         trainer = with_progress_line(trainer_cls(model=model, args=args, train_dataset=training_dataset(table), loss=loss), config["name"])
         result, resumed_from_step = train_resuming(trainer, config["checkpoint_every"])
@@ -203,6 +205,7 @@ def fit_on_ray(
             "name": name,
             "threads": max(1, int(resources.cpus_per_worker)),
             "checkpoint_every": resources.checkpoint_every,
+            "bf16": resources.bf16,
         },
         scaling_config=ScalingConfig(
             num_workers=resources.num_workers,

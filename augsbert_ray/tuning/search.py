@@ -126,6 +126,7 @@ def trial_config(
         "train_files": trial.train_files,
         "seed": trial.seed,
         "threads": torch_threads(setup.tuning.cpus_per_trial),
+        "bf16": setup.spec.training.bf16,
         "total_steps": trial.total_steps,
         "eval_steps": eval_steps(trial.total_steps, cull_step(trial.total_steps, setup.tuning.cull_at), setup.tuning.eval_every),
         "stop_at": stop_at,

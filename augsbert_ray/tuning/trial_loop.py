@@ -188,7 +188,7 @@ def find_batch_sampler(dataloader: Any) -> Any:
 
 
 def tuning_train_loop(config: dict[str, Any]) -> None:
-    """A Tune trial. config: name, trial, spec, model, train_files, seed, threads, total_steps, eval_steps,
+    """A Tune trial. config: name, trial, spec, model, train_files, seed, threads, bf16, total_steps, eval_steps,
     stop_at (or None), cull (None, or the in-place search's board, cull step and threads after it),
     resume_from (a training state's directory, or None), dev_file, task."""
     config = {**config, "loop_start": time.time()}
@@ -202,7 +202,8 @@ def tuning_train_loop(config: dict[str, Any]) -> None:
     model.max_seq_length = spec.max_seq_length
     loss = bi_encoder_loss(model, spec)
     with tempfile.TemporaryDirectory() as output_dir:
-        args = training_arguments(SentenceTransformerTrainingArguments, spec, config["seed"], output_dir, True, distributed=False)
+        args = training_arguments(SentenceTransformerTrainingArguments, spec, config["seed"], output_dir, True, distributed=False,
+                                  bf16=config["bf16"])
         # The schedule (warmup, decay) spans the full fit even when this run stops at the cull step.
         args.max_steps = config["total_steps"]
         args.dataloader_drop_last = True
