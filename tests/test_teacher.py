@@ -75,6 +75,8 @@ def test_calibration_maps_each_member_onto_the_gold_scale(ensemble: Teacher, dat
         assert float(np.std(regressed)) == pytest.approx(correlation * float(np.std(labels)), rel=1e-3)  # and shrinks the spread
     assert ensemble.kind == "ensemble"
     assert ensemble.labeler.startswith("ensemble(minilm_trained_head") and " + model@" in ensemble.labeler
+    one_mapped = Teacher(ensemble.members[:1])  # the provenance names the member's kind, with its map
+    assert one_mapped.labeler.startswith("cross-encoder(minilm_trained_head") and "*" in one_mapped.labeler
 
 
 @pytest.mark.parametrize("kind", ["bi-encoder", "ensemble"])

@@ -88,7 +88,7 @@ class Teacher:
         ]
         if self.is_plain and self.members[0].kind == "cross_encoder":
             return parts[0]
-        return f"{self.kind}({' + '.join(parts)})" if len(parts) > 1 else f"bi-encoder({parts[0]})"
+        return f"{self.kind}({' + '.join(parts)})"
 
     def combine(self, member_scores: Sequence[np.ndarray]) -> np.ndarray:
         """The teacher's score from each member's raw scores (in ``members`` order)."""
