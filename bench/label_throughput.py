@@ -21,7 +21,8 @@ labeling N pairs with a tiny BERT.
     .venv/bin/python bench/label_throughput.py --pairs 500 --rss-pairs 2000,20000   # a quick check
     .venv/bin/python bench/label_throughput.py --teacher stsb_1k --rss-pairs skip    # int8 on a trained teacher
     .venv/bin/python bench/label_throughput.py --teacher runs/teacher_study/bws_cross_topic-seed42/models/cross_encoder \
-        --dev runs/teacher_study/bws_cross_topic-seed42/gold/dev.parquet --pairs 2000 --rss-pairs skip --out F
+        --dev runs/teacher_study/bws_cross_topic-seed42/gold/dev.parquet --pairs 500 --rss-pairs skip \
+        --out bench/results/label_throughput_mpnet_bws.json
 
 bench/gpu_path.py measures the GPU path (bf16/fp16, actors sharing a GPU) on a machine that has one.
 """
@@ -227,12 +228,15 @@ def main() -> None:
                              "Spearman; or a trained cross-encoder's directory, with --dev")
     parser.add_argument("--dev", type=Path, help="with --teacher DIR: the gold dev split (parquet: sentence1, sentence2, label)")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "label_throughput", help="where the stsb_1k teacher is kept")
-    parser.add_argument("--out", type=Path, help="default: bench/results/label_throughput.json, or label_throughput_stsb_1k.json")
+    parser.add_argument("--out", type=Path, help="default: bench/results/label_throughput.json, or label_throughput_stsb_1k.json; "
+                                                "needed with --teacher DIR")
     args = parser.parse_args()
     if (args.teacher not in ("fresh", "stsb_1k")) != (args.dev is not None):
         parser.error("--dev FILE goes with --teacher DIR, a trained cross-encoder's directory")
     if args.dev is not None and not (Path(args.teacher) / "config.json").is_file():
         parser.error(f"--teacher {args.teacher}: not a model directory (no config.json)")
+    if args.dev is not None and args.out is None:
+        parser.error("--teacher DIR needs --out FILE (the default files hold the fresh and stsb_1k figures)")
     args.out = args.out or ROOT / "bench" / "results" / ("label_throughput.json" if args.teacher == "fresh" else "label_throughput_stsb_1k.json")
 
     import ray

@@ -28,12 +28,15 @@ MODELS = ("cross_encoder", "sbert", *STRATEGIES.values(), "zero_shot", "jaccard"
 JOB = "jobs/stsb_indomain_bm25.yaml"
 
 
-def tiny_run_settings(tiny_model: Path, output_dir: Path, name: str, strategies: tuple[str, ...] = tuple(STRATEGIES)) -> list[str]:
-    """``strategies`` on 300 gold pairs with the tiny BERT as each model; 500-pair shards (the KDE pool has six)."""
+def tiny_run_settings(
+    tiny_model: Path, output_dir: Path, name: str, strategies: tuple[str, ...] = tuple(STRATEGIES), extra: tuple[str, ...] = ()
+) -> list[str]:
+    """``strategies`` on 300 gold pairs with the tiny BERT as each model; 500-pair shards (the KDE pool has six);
+    then the ``extra`` settings."""
     settings = [
         "data.train_limit=300", f"cross_encoder.model={tiny_model}", f"bi_encoder.model={tiny_model}",
         f"evaluation.zero_shot_model={tiny_model}", "cross_encoder.epochs=1", f"output_dir={output_dir}", f"name={name}",
-        f"sampling.strategies=[{', '.join(strategies)}]", "sampling.kde_pool=3000", "labeling.shard_rows=500",
+        f"sampling.strategies=[{', '.join(strategies)}]", "sampling.kde_pool=3000", "labeling.shard_rows=500", *extra,
     ]
     return [item for setting in settings for item in ("--set", setting)]
 
@@ -104,10 +107,9 @@ def test_whole_run_on_a_tiny_model(whole_run: tuple[Path, str], tiny_model: Path
 
     # A later run whose ensemble teacher takes this run's cross-encoder (cross_encoder.trained) fits only the
     # teacher's bi-encoder, labels the same candidates, and records the whole teacher.
-    settings = tiny_run_settings(tiny_model, tmp_path, "ensemble", ("bm25",))
-    teacher = [f"cross_encoder.trained={run_dir / 'models' / 'cross_encoder'}", "teacher.kind=ensemble",
-               f"teacher.bi_encoder.model={tiny_model}", "teacher.bi_encoder.epochs=1"]
-    assert main(["run", JOB, "--data-dir", str(data_dir), *settings, *[arg for item in teacher for arg in ("--set", item)]]) == 0
+    teacher = (f"cross_encoder.trained={run_dir / 'models' / 'cross_encoder'}", "teacher.kind=ensemble",
+               f"teacher.bi_encoder.model={tiny_model}", "teacher.bi_encoder.epochs=1")
+    assert main(["run", JOB, "--data-dir", str(data_dir), *tiny_run_settings(tiny_model, tmp_path, "ensemble", ("bm25",), teacher)]) == 0
     (taught_dir,) = tmp_path.glob("ensemble-*")
     assert not (taught_dir / "ray_train" / "cross_encoder").exists()
     taught = json.loads((taught_dir / "metrics.json").read_text())
@@ -181,12 +183,11 @@ def test_a_run_killed_while_labeling_and_while_fitting_resumes_to_the_uninterrup
     strategies (a run of some strategies draws the pools and makes the models that a run of all of them makes)."""
     reference = json.loads((whole_run[0] / "metrics.json").read_text())
     ray_tmpdir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # AF_UNIX socket paths must stay short
-    settings = tiny_run_settings(tiny_model, tmp_path, "killed", ("bm25", "kde"))
     # the uninterrupted run's teacher, as the cross-encoder fit is not what is killed; training states every
     # 20 steps (a resume setting: what the run computes does not change)
-    teacher = f"cross_encoder.trained={whole_run[0] / 'models' / 'cross_encoder'}"
-    first = start_augsbert(["run", JOB, "--data-dir", str(data_dir), *settings, "--set", teacher, "--set", "training.checkpoint_every=20"],
-                           tmp_path / "first.log", ray_tmpdir)
+    extra = (f"cross_encoder.trained={whole_run[0] / 'models' / 'cross_encoder'}", "training.checkpoint_every=20")
+    settings = tiny_run_settings(tiny_model, tmp_path, "killed", ("bm25", "kde"), extra)
+    first = start_augsbert(["run", JOB, "--data-dir", str(data_dir), *settings], tmp_path / "first.log", ray_tmpdir)
     wait_until(lambda: any(tmp_path.glob("killed-*/silver/kde_pool/part-*.parquet")), first, tmp_path / "first.log")
     kill_tree(first)
     (run_dir,) = tmp_path.glob("killed-*")

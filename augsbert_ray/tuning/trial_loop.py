@@ -203,7 +203,7 @@ def tuning_train_loop(config: dict[str, Any]) -> None:
     loss = bi_encoder_loss(model, spec)
     with tempfile.TemporaryDirectory() as output_dir:
         args = training_arguments(SentenceTransformerTrainingArguments, spec, config["seed"], output_dir, True, distributed=False,
-                                  bf16=config.get("bf16", False))  # a search restored from before the setting: fp32
+                                  bf16=config["bf16"])
         # The schedule (warmup, decay) spans the full fit even when this run stops at the cull step.
         args.max_steps = config["total_steps"]
         args.dataloader_drop_last = True
