@@ -282,7 +282,7 @@ class LabelingSpec(_Strict):
     gpus_per_actor: float = Field(0, ge=0)
     threads_per_actor: int | None = Field(None, gt=0, description="torch threads per actor; default cpus_per_actor.")
     precision: Literal["fp32", "bf16", "fp16", "int8"] = Field(
-        "fp32", description="fp32; bf16/fp16 autocast (fp16 on GPU only); int8: ONNX Runtime dynamic quantization on CPU, smoothed (SmoothQuant) on the input's first 256 pairs."
+        "fp32", description="fp32; bf16/fp16: half-precision weights on GPU, autocast on CPU (fp16 on GPU only); int8: ONNX Runtime dynamic quantization on CPU, smoothed (SmoothQuant) on the input's first 256 pairs."
     )
     runtime: Literal["auto", "torch", "onnx"] = Field(
         "auto", description="auto: ONNX Runtime on CPU actors for fp32/int8 (1.7-1.9 times torch's speed measured there), torch on GPU."

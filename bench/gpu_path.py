@@ -1,17 +1,22 @@
 """The GPU path, measured in one run on one GPU.
 
 1. use_gpu fits through Ray Train, as a run makes them: the MiniLM cross-encoder on STSb-1k (the teacher), SBERT on
-   STSb-1k, and a bi-encoder on all of STSb train.
+   STSb-1k, and a bi-encoder on all of STSb train. ``--teacher DIR --dev FILE`` skips them and labels with that
+   trained cross-encoder (checked against gold on FILE, a gold dev split).
 2. Labeling throughput of that trained teacher: the engine (Ray Data actors holding the GPU, or a share of it each)
-   at fp32, bf16 and fp16 autocast, against sentence-transformers' ``CrossEncoder.predict`` on the same GPU (fp32, and
-   the model loaded in bf16), on the same STSb-recombined pairs. Spearman of each precision against fp32, and
-   against gold on STSb dev.
-3. What bounds one actor: the same steps the actor takes, timed one by one in this process: tokenizing, padding in
-   length-sorted batches, copying to the GPU and back, and the model alone on batches already on the GPU.
+   at fp32, bf16 and fp16, against sentence-transformers' ``CrossEncoder.predict`` on the same GPU (fp32, and the
+   model loaded in bf16; its tokenizer on one thread, and on all, as a plain script runs it), on the same
+   STSb-recombined pairs; then one whole call on ``--large-pairs`` pairs, where the call's start weighs less.
+   Spearman of each precision against fp32, and against gold on dev.
+3. What bounds one actor: the same steps the actor takes, timed one by one in a Ray task holding what a 4-actor
+   run gives each actor: tokenizing (on one thread and on the actor's CPUs), padding in length-sorted batches,
+   copying to the GPU and back, and the model alone on batches already on the GPU (half-precision weights, and fp32
+   weights under autocast).
 4. The same comparison for an mpnet cross-encoder (from ``--mpnet``: a model directory, or one holding only its
    config and tokenizer, when its weights are drawn at random: the same speed, not the same scores).
 
     python bench/gpu_path.py --minilm DIR --mpnet DIR            # where a GPU is (docs/BENCHMARKS.md)
+    python bench/gpu_path.py --teacher DIR --dev FILE --mpnet DIR --out F   # labeling only, with a trained teacher
     .venv/bin/python bench/gpu_path.py --smoke                   # without one: the same code at toy sizes on CPU
 
 The figures are written to --out as JSON and printed.
@@ -25,6 +30,8 @@ import os
 import platform
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +53,10 @@ from augsbert_ray.stages import RunContext, plain_fit, read_gold  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # (precision, batch size, actors sharing the GPU) of the engine runs
-ENGINE_RUNS = [("fp32", 64, 1), ("bf16", 64, 1), ("bf16", 256, 1), ("bf16", 256, 4), ("fp16", 256, 4), ("bf16", 256, 8)]
-MPNET_RUNS = [("fp32", 64, 1), ("bf16", 256, 1), ("bf16", 256, 4)]
+ENGINE_RUNS = [("fp32", 64, 1), ("bf16", 256, 1), ("bf16", 256, 2), ("bf16", 256, 4), ("bf16", 256, 8)]  # fp16: dev scores only
+LARGE_RUN = ("bf16", 256, 4)  # (precision, batch size, actors) of the one call on --large-pairs pairs
+MPNET_RUNS = [("bf16", 256, 1), ("bf16", 256, 4)]
+STEP_ACTORS = 4  # one_actor_steps runs with the CPUs and GPU share an actor of a run of this many gets
 
 
 def timed_fits(minilm: str, work: Path, data_dir: Path, gpu: bool, smoke: bool) -> tuple[dict[str, Any], Path, Path]:
@@ -67,30 +76,47 @@ def timed_fits(minilm: str, work: Path, data_dir: Path, gpu: bool, smoke: bool) 
     return figures, teacher.model_dir, dev_file
 
 
+def actor_cpus(actors: int) -> int:
+    """CPUs each actor gets: all but two (the driver, Ray's own processes), split evenly."""
+    return max(1, ((os.cpu_count() or 2) - 2) // actors)
+
+
 def engine_rate(model: str, input_file: Path, output: Path, precision: str, batch: int, actors: int, gpu: bool) -> dict[str, Any]:
     """One `augsbert label` call's pairs/s (actor start and model load included) and its actors' rate in shards."""
-    cpus = max(1, (os.cpu_count() or 2) - 2)
-    spec = LabelingSpec(batch_size=batch, min_actors=actors, max_actors=actors, cpus_per_actor=max(1, cpus // actors),
+    spec = LabelingSpec(batch_size=batch, min_actors=actors, max_actors=actors, cpus_per_actor=actor_cpus(actors),
                         gpus_per_actor=1 / actors if gpu else 0, precision=precision,
                         shard_rows=max(1000, pq.read_metadata(input_file).num_rows // (2 * actors)))
     seconds, totals = engine_run(model, input_file, output, spec)
     return {"pairs_per_s": round(totals["labeled"] / seconds, 1), "seconds": round(seconds, 2),
             "actor_pairs_per_s": round(totals["labeled"] * actors / totals["shard_seconds"], 1),
-            "padding": round(totals["padded_tokens"] / totals["tokens"] - 1, 3)}
+            "padding": round(totals["padded_tokens"] / totals["tokens"] - 1, 3), "cpus_per_actor": actor_cpus(actors)}
 
 
-def predict_rate(model: str, pairs: list[tuple[str, str]], batch: int, dtype: Any = None) -> tuple[dict[str, Any], np.ndarray]:
-    """sentence-transformers' CrossEncoder.predict on this device, after a warm-up batch."""
+@contextmanager
+def tokenizer_threads(parallel: bool) -> Iterator[None]:
+    """Tokenizers reads TOKENIZERS_PARALLELISM at each batch: on, it uses the process's Rayon pool."""
+    previous = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "true" if parallel else "false"
+    try:
+        yield
+    finally:
+        os.environ["TOKENIZERS_PARALLELISM"] = previous or "false"
+
+
+def predict_rate(model: str, pairs: list[tuple[str, str]], batch: int, dtype: Any = None, parallel_tokenizer: bool = False) -> tuple[dict[str, Any], np.ndarray]:
+    """sentence-transformers' CrossEncoder.predict on this device, after a warm-up batch; its tokenizer on one thread,
+    or (``parallel_tokenizer``) on all CPUs, as a script that leaves TOKENIZERS_PARALLELISM unset runs it."""
     import torch
     from sentence_transformers import CrossEncoder
 
     cross_encoder = CrossEncoder(model, model_kwargs={"dtype": dtype} if dtype else None)
-    cross_encoder.predict(pairs[:batch], batch_size=batch, show_progress_bar=False)
-    synchronize()
-    started = time.perf_counter()
-    scores = cross_encoder.predict(pairs, batch_size=batch, show_progress_bar=False)
-    synchronize()
-    seconds = time.perf_counter() - started
+    with tokenizer_threads(parallel_tokenizer):
+        cross_encoder.predict(pairs[:batch], batch_size=batch, show_progress_bar=False)
+        synchronize()
+        started = time.perf_counter()
+        scores = cross_encoder.predict(pairs, batch_size=batch, show_progress_bar=False)
+        synchronize()
+        seconds = time.perf_counter() - started
     del cross_encoder
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -104,18 +130,21 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def one_actor_steps(model: str, pairs: list[tuple[str, str]], precision: str, batch: int) -> dict[str, float]:
-    """Pairs/s of each step one actor takes, run here one after another: tokenize, pad (length-sorted
-    batches), score (copy in, model, copy out: PairModel.score), and the model alone on batches already on the device."""
+def one_actor_steps(model: str, pairs: list[tuple[str, str]], precision: str, batch: int, threads: int) -> dict[str, float]:
+    """Pairs/s of each step one actor takes, run one after another in this process: tokenize (one thread, then the
+    actor's ``threads``), pad (length-sorted batches), score (copy in, model, copy out: PairModel.score), and the
+    model alone on batches already on the device; at bf16/fp16 on GPU also fp32 weights under autocast."""
     import torch
 
-    pair_model = PairModel(model, precision, 4, None, None, "torch")
+    pair_model = PairModel(model, precision, threads, None, None, "torch")
     scorer = PairScorer(pair_model, batch)
     first, second = [a for a, _ in pairs], [b for _, b in pairs]
     steps: dict[str, float] = {}
-    started = time.perf_counter()
-    encoded = pair_model.tokenizer(first, second, truncation="longest_first", max_length=pair_model.max_length)
-    steps["tokenize"] = time.perf_counter() - started
+    for name, parallel in (("tokenize_1_thread", False), (f"tokenize_{threads}_threads", pair_model.device == "cuda")):
+        with tokenizer_threads(parallel):
+            started = time.perf_counter()
+            encoded = pair_model.tokenizer(first, second, truncation="longest_first", max_length=pair_model.max_length)
+            steps[name] = time.perf_counter() - started
     lengths = np.array([len(ids) for ids in encoded["input_ids"]])
     order = np.argsort(lengths, kind="stable")
     started = time.perf_counter()
@@ -126,17 +155,39 @@ def one_actor_steps(model: str, pairs: list[tuple[str, str]], precision: str, ba
     started = time.perf_counter()
     for features in batches:
         pair_model.score(features)
+    synchronize()
     steps["score_with_copies"] = time.perf_counter() - started
     on_device = [{name: torch.from_numpy(f[name]).to(pair_model.device) for name in pair_model.input_names} for f in batches]
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    synchronize()
-    started = time.perf_counter()
-    with torch.inference_mode(), torch.autocast(pair_model.device, dtype=dtype, enabled=dtype is not None):
+    steps["model_only"] = model_seconds(pair_model, on_device, pair_model.autocast)
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    if half is not None and pair_model.device == "cuda":
+        pair_model.cross_encoder.to(torch.float32)
+        steps["model_only_autocast"] = model_seconds(pair_model, on_device, lambda: torch.autocast("cuda", dtype=half))
+    return {name: round(len(pairs) / seconds, 1) for name, seconds in steps.items()}
+
+
+def model_seconds(pair_model: PairModel, on_device: list[dict[str, Any]], context: Callable[[], Any]) -> float:
+    """Seconds of the model's forward passes over the batches in ``context``, after a warm-up pass over each batch."""
+    import torch
+
+    with torch.inference_mode(), context():
         for tensors in on_device:
             pair_model.cross_encoder(tensors)
-    synchronize()
-    steps["model_only"] = time.perf_counter() - started
-    return {name: round(len(pairs) / seconds, 1) for name, seconds in steps.items()}
+        synchronize()
+        started = time.perf_counter()
+        for tensors in on_device:
+            pair_model.cross_encoder(tensors)
+        synchronize()
+    return time.perf_counter() - started
+
+
+def steps_in_an_actor(model: str, pairs: list[tuple[str, str]], precision: str, gpu: bool) -> dict[str, float]:
+    """one_actor_steps in a Ray task with an actor's CPUs (its tokenizer threads) and, on GPU, the whole GPU."""
+    import ray
+
+    threads = actor_cpus(STEP_ACTORS)
+    task = ray.remote(num_cpus=threads, num_gpus=1 if gpu else 0)(one_actor_steps)
+    return ray.get(task.remote(model, pairs, precision, 256, threads))
 
 
 def mpnet_cross_encoder(source: str, target: Path) -> tuple[str, str]:
@@ -172,28 +223,33 @@ def compare_precisions(model: str, pairs_file: Path, work: Path, runs: list[tupl
         scores.setdefault(precision, scores_by_id(work / name))
         print(f"engine {name}: {figures[name]}", flush=True)
     for precision in scores:
-        if precision != "fp32":
+        if precision != "fp32" and "fp32" in scores:
             figures[f"spearman_{precision}_vs_fp32"] = spearman(scores[precision], scores["fp32"])
     return figures
 
 
-def minilm_figures(minilm: str, pairs: list[tuple[str, str]], work: Path, data_dir: Path, gpu: bool, smoke: bool) -> tuple[dict, dict]:
+def minilm_figures(teacher: str, dev_file: Path, pairs: list[tuple[str, str]], work: Path, gpu: bool, large_pairs: Path) -> dict[str, Any]:
     import torch
 
-    fits, teacher, dev_file = timed_fits(minilm, work, data_dir, gpu, smoke)
-    print(f"fits: {fits}", flush=True)
-    figures: dict[str, Any] = {"teacher": "the MiniLM cross-encoder fitted above (STSb-1k)"}
-    figures["predict_fp32_b64"], reference = predict_rate(str(teacher), pairs, 64)
+    figures: dict[str, Any] = {}
+    figures["predict_fp32_b64"], reference = predict_rate(teacher, pairs, 64)
     if gpu:
-        figures["predict_bf16_b64"], reference_bf16 = predict_rate(str(teacher), pairs, 64, torch.bfloat16)
-        figures["predict_bf16_b256"], _ = predict_rate(str(teacher), pairs, 256, torch.bfloat16)
+        figures["predict_bf16_b256"], reference_bf16 = predict_rate(teacher, pairs, 256, torch.bfloat16)
+        figures["predict_bf16_b256_parallel_tokenizer"], _ = predict_rate(teacher, pairs, 256, torch.bfloat16, parallel_tokenizer=True)
         figures["spearman_predict_bf16_vs_fp32"] = spearman(reference_bf16, reference)
-    figures.update(compare_precisions(str(teacher), work / "pairs.parquet", work / "minilm", ENGINE_RUNS, gpu))
+    print(json.dumps(figures), flush=True)
+    figures.update(compare_precisions(teacher, work / "pairs.parquet", work / "minilm", ENGINE_RUNS, gpu))
     figures["max_abs_diff_engine_fp32_vs_predict"] = float(np.max(np.abs(scores_by_id(work / "minilm" / "fp32_b64_a1") - reference)))
-    figures["one_actor_pairs_per_s"] = {p: one_actor_steps(str(teacher), pairs[:20_000], p, 256) for p in ("fp32", "bf16")}
-    figures["dev_spearman_x100"] = gold_spearman(str(teacher), dev_file, work, ["fp32", "bf16", "fp16"] if gpu else ["fp32", "bf16"], 1 if gpu else 0)
+    precision, batch, actors = LARGE_RUN
+    name = f"large_{precision}_b{batch}_a{actors}"
+    figures[name] = {"pairs": pq.read_metadata(large_pairs).num_rows,
+                     **engine_rate(teacher, large_pairs, work / "minilm" / name, precision, batch, actors, gpu)}
+    print(f"engine {name}: {figures[name]}", flush=True)
+    figures["one_actor_pairs_per_s"] = {p: steps_in_an_actor(teacher, pairs[:20_000], p, gpu) for p in ("fp32", "bf16")}
+    print(f"one actor: {figures['one_actor_pairs_per_s']}", flush=True)
+    figures["dev_spearman_x100"] = gold_spearman(teacher, dev_file, work, ["fp32", "bf16", "fp16"] if gpu else ["fp32", "bf16"], 1 if gpu else 0)
     print(json.dumps(figures, indent=1), flush=True)
-    return fits, figures
+    return figures
 
 
 def mpnet_figures(mpnet: str, table: pa.Table, work: Path, gpu: bool) -> dict[str, Any]:
@@ -203,51 +259,77 @@ def mpnet_figures(mpnet: str, table: pa.Table, work: Path, gpu: bool) -> dict[st
     pq.write_table(table, work / "mpnet_pairs.parquet", row_group_size=5000)
     mpnet_pairs = list(zip(table.column("sentence1").to_pylist(), table.column("sentence2").to_pylist()))
     figures: dict[str, Any] = {"model": kind, "pairs": len(mpnet_pairs)}
-    figures["predict_fp32_b64"], _ = predict_rate(mpnet_model, mpnet_pairs, 64)
     if gpu:
-        figures["predict_bf16_b64"], _ = predict_rate(mpnet_model, mpnet_pairs, 64, torch.bfloat16)
+        figures["predict_bf16_b256"], _ = predict_rate(mpnet_model, mpnet_pairs, 256, torch.bfloat16)
+        figures["predict_bf16_b256_parallel_tokenizer"], _ = predict_rate(mpnet_model, mpnet_pairs, 256, torch.bfloat16, parallel_tokenizer=True)
+    else:
+        figures["predict_fp32_b64"], _ = predict_rate(mpnet_model, mpnet_pairs, 64)
     figures.update(compare_precisions(mpnet_model, work / "mpnet_pairs.parquet", work / "mpnet", MPNET_RUNS, gpu))
-    figures["one_actor_pairs_per_s"] = {"bf16": one_actor_steps(mpnet_model, mpnet_pairs[:5000], "bf16", 256)}
+    figures["one_actor_pairs_per_s"] = {"bf16": steps_in_an_actor(mpnet_model, mpnet_pairs[:5000], "bf16", gpu)}
     return figures
+
+
+def write_pairs(sentences: list[str], count: int, path: Path) -> pa.Table:
+    table = recombined_pairs(sentences, count, seed=0)
+    pq.write_table(table, path, row_group_size=5000)
+    return table
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minilm", default="minilm", help="all-MiniLM-L6-v2: an alias or a directory")
+    parser.add_argument("--teacher", help="a trained cross-encoder to label with; skips the fits (needs --dev)")
+    parser.add_argument("--dev", type=Path, help="the gold dev split (Parquet) --teacher was fitted beside")
     parser.add_argument("--mpnet", default="mpnet", help="all-mpnet-base-v2, or a directory with only its config and tokenizer")
     parser.add_argument("--pairs", type=int, default=100_000)
+    parser.add_argument("--large-pairs", type=int, default=1_000_000, help="pairs of the one large call (%(default)s)")
     parser.add_argument("--mpnet-pairs", type=int, default=30_000)
     parser.add_argument("--data-dir", default=os.environ.get("AUGSBERT_DATA_DIR", str(ROOT.parent / "shared" / "data")))
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "gpu_path.json")
     parser.add_argument("--part", choices=["all", "minilm", "mpnet"], default="all", help="the fits and MiniLM, mpnet, or both")
     parser.add_argument("--smoke", action="store_true", help="toy sizes: checks the script, measures nothing")
     args = parser.parse_args()
+    if bool(args.teacher) != bool(args.dev):
+        parser.error("--teacher and --dev go together")
     if args.smoke:
-        args.pairs, args.mpnet_pairs = 600, 200
+        args.pairs, args.large_pairs, args.mpnet_pairs = 600, 2000, 200
     import torch
 
     setup_logging()
     gpu = torch.cuda.is_available()
     work = Path(tempfile.mkdtemp(prefix="gpu_path_"))
-    init_ray()
+    init_ray(dashboard=not args.teacher)  # the fits' Ray Train needs the dashboard; labeling alone does not
     results: dict[str, Any] = {
         "device": torch.cuda.get_device_name(0) if gpu else platform.processor() or "cpu",
         "cpus": os.cpu_count(), "torch": torch.__version__, "pairs": args.pairs, "load_average_1min_before": os.getloadavg()[0],
     }
     started = time.perf_counter()
-    table = recombined_pairs(stsb_sentences(Path(args.data_dir)), args.pairs, seed=0)
-    pq.write_table(table, work / "pairs.parquet", row_group_size=5000)
+    sentences = stsb_sentences(Path(args.data_dir))
+    table = write_pairs(sentences, args.pairs, work / "pairs.parquet")
     pairs = list(zip(table.column("sentence1").to_pylist(), table.column("sentence2").to_pylist()))
     if args.part in ("all", "minilm"):
-        results["fits"], results["minilm"] = minilm_figures(resolve_model(args.minilm), pairs, work, Path(args.data_dir), gpu, args.smoke)
+        if args.teacher:
+            teacher, dev_file = args.teacher, args.dev
+            results["teacher"] = teacher
+        else:
+            results["fits"], teacher_dir, dev_file = timed_fits(resolve_model(args.minilm), work, Path(args.data_dir), gpu, args.smoke)
+            teacher = str(teacher_dir)
+            results["teacher"] = "the MiniLM cross-encoder fitted above (STSb-1k)"
+            print(f"fits: {results['fits']}", flush=True)
+        write_pairs(sentences, args.large_pairs, work / "large_pairs.parquet")
+        results["minilm"] = minilm_figures(teacher, dev_file, pairs, work, gpu, work / "large_pairs.parquet")
+        save(results, started, args.out)
     if args.part in ("all", "mpnet"):
         results["mpnet"] = mpnet_figures(resolve_model(args.mpnet), table.slice(0, args.mpnet_pairs), work, gpu)
+    save(results, started, args.out)
+
+
+def save(results: dict[str, Any], started: float, out: Path) -> None:
+    """Written after each part, so a run stopped by its time limit keeps what it measured."""
     results["seconds"] = round(time.perf_counter() - started, 1)
-    text = json.dumps(results, indent=1)
-    print(text, flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n", encoding="utf-8")
-    print(f"written: {args.out}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    print(f"written: {out}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The labeling engine: scores, resume after a kill, counts with rejects, bad-input errors, int8."""
+"""The labeling engine: scores, resume after a kill, counts with rejects, bad-input errors, int8 and bf16."""
 
 from __future__ import annotations
 
@@ -155,19 +155,43 @@ def test_bad_input_gives_one_clear_error(case: str, ray_session, tiny_cross_enco
     assert not list((tmp_path / "out").glob("part-*")), "no work may start on bad input"
 
 
-def test_int8_labels_correlate_with_fp32(ray_session, minilm_with_trained_head: Path, data_dir: Path, tmp_path: Path) -> None:
+def test_int8_and_bf16_labels_correlate_with_fp32(ray_session, minilm_with_trained_head: Path, data_dir: Path, tmp_path: Path) -> None:
     from scipy.stats import spearmanr
 
     lines = (data_dir / "stsb" / "sts-test.csv").read_text(encoding="utf-8").splitlines()[:300]
     pq.write_table(pair_table([tuple(line.split("\t")[5:7]) for line in lines]), tmp_path / "pairs.parquet")
     scores = {}
-    for precision in ("fp32", "int8"):
+    for precision in ("fp32", "int8", "bf16"):
         spec = LabelingSpec(batch_size=32, cpus_per_actor=2, precision=precision)
         label_files(str(tmp_path / "pairs.parquet"), tmp_path / precision, LabelJob(Teacher.cross_encoder(str(minilm_with_trained_head)), spec, "m"))
         scores[precision] = pq.read_table(tmp_path / precision).sort_by("pair_id").column("score").to_numpy()
     assert np.std(scores["fp32"]) > 0.05
     assert spearmanr(scores["int8"], scores["fp32"])[0] >= 0.99
     assert (tmp_path / "int8" / "_onnx").is_dir()
+    assert spearmanr(scores["bf16"], scores["fp32"])[0] >= 0.99
+    assert not np.array_equal(scores["bf16"], scores["fp32"])  # bf16 autocast really ran
+
+
+def test_gpu_actors_cast_their_weights_and_tokenize_on_their_cpus(monkeypatch) -> None:
+    """On GPU, bf16/fp16 are half-precision weights (no cast per operation) and the tokenizer gets the actor's CPUs;
+    on CPU, fp32 weights under autocast and one tokenizer thread (the bench's GPU run measures the GPU side)."""
+    import torch
+
+    from augsbert_ray.labeling.backend import precision_mode, use_tokenizer_threads
+
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    use_tokenizer_threads("cpu", 4)
+    assert os.environ["TOKENIZERS_PARALLELISM"] == "false" and "RAYON_NUM_THREADS" not in os.environ
+    use_tokenizer_threads("cuda", 4)
+    assert (os.environ["TOKENIZERS_PARALLELISM"], os.environ["RAYON_NUM_THREADS"]) == ("true", "4")
+
+    assert precision_mode("cuda", "bf16")[0] is torch.bfloat16 and precision_mode("cuda", "fp16")[0] is torch.float16
+    for device, precision in (("cuda", "fp32"), ("cpu", "fp32"), ("cpu", "bf16")):
+        weights, context = precision_mode(device, precision)
+        assert weights is None
+        with context():
+            assert torch.is_autocast_enabled("cpu") == (precision == "bf16")
 
 
 def test_sentence_list_is_paired_by_a_sampling_strategy(ray_session, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path, capsys) -> None:

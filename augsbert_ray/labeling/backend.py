@@ -1,6 +1,11 @@
-"""The models inside a labeling actor: a sentence-transformers CrossEncoder run by torch (fp32, or bf16/fp16
-autocast), or its ONNX export run by ONNX Runtime on CPU, at fp32 or quantized to int8; and a bi-encoder
-(SentenceTransformer) run by torch, which scores a pair by the cosine of its two embeddings.
+"""The models inside a labeling actor: a sentence-transformers CrossEncoder run by torch (fp32; bf16/fp16 as
+autocast on CPU, as half-precision weights on GPU), or its ONNX export run by ONNX Runtime on CPU, at fp32 or
+quantized to int8; and a bi-encoder (SentenceTransformer) run by torch, which scores a pair by the cosine of its two
+embeddings.
+
+On a GPU an actor tokenizes with every CPU it reserved: one tokenizer thread gives about 11k MiniLM pairs/s, where an
+H200 scores about 50k (docs/BENCHMARKS.md, "The GPU path"). CPU actors keep one tokenizer thread, since their
+threads run the model.
 
 ONNX Runtime is the CPU default (runtime "auto"): on this project's 2-core CPU its fp32 session scored MiniLM
 pairs about twice as fast as torch eager, with scores equal to 1e-7 (docs/BENCHMARKS.md). int8 uses ONNX
@@ -20,9 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import uuid
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +40,26 @@ from augsbert_ray.runtime import configure_torch_threads
 ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 CALIBRATION_PAIRS = 256  # int8: pairs whose activations set the smoothing scales
 SMOOTHING_ALPHA = 0.8  # how much of an input channel's range moves into the weights (SmoothQuant's alpha)
+
+
+def use_tokenizer_threads(device: str, threads: int) -> None:
+    """A GPU actor tokenizes on the ``threads`` CPUs it reserved; a CPU actor on one (its threads run the model)."""
+    if device == "cuda":
+        os.environ["TOKENIZERS_PARALLELISM"] = "true"
+        os.environ["RAYON_NUM_THREADS"] = str(max(1, threads))  # read once, at the tokenizer's first batch
+
+
+def precision_mode(device: str, precision: str) -> tuple[Any, Callable[[], contextlib.AbstractContextManager]]:
+    """The dtype to cast the weights to, and the context each forward pass runs in: on GPU, bf16/fp16 weights (no
+    cast per operation); on CPU, fp32 weights under bf16 autocast."""
+    import torch
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    if dtype is None:
+        return None, contextlib.nullcontext
+    if device == "cuda":
+        return dtype, contextlib.nullcontext
+    return None, lambda: torch.autocast(device, dtype=dtype)
 
 
 class PairModel:
@@ -47,12 +75,15 @@ class PairModel:
 
         # LabelingSpec has checked the precision against the runtime and the actor's device
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        use_tokenizer_threads(self.device, threads)
+        weights_dtype, self.autocast = precision_mode(self.device, precision)
         self.cross_encoder = CrossEncoder(model, device=self.device, max_length=max_seq_length)
+        if weights_dtype is not None:
+            self.cross_encoder.to(weights_dtype)
         self.cross_encoder.eval()
         self.tokenizer = self.cross_encoder.tokenizer
         self.max_length = max_seq_length or self.cross_encoder.max_length or self.tokenizer.model_max_length
         self.activation = self.cross_encoder.activation_fn
-        self.precision = precision
         self.input_names = [name for name in ONNX_INPUTS if name in self.tokenizer.model_input_names]
         use_onnx = runtime == "onnx" or (runtime == "auto" and self.device == "cpu" and precision in ("fp32", "int8"))
         self.session = None
@@ -68,9 +99,7 @@ class PairModel:
             logits = torch.from_numpy(self.session.run(None, {name: features[name] for name in self.input_names})[0])
         else:
             tensors = {name: torch.from_numpy(features[name]).to(self.device) for name in self.input_names}
-            dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
-            autocast = torch.autocast(self.device, dtype=dtype) if dtype else contextlib.nullcontext()
-            with torch.inference_mode(), autocast:
+            with torch.inference_mode(), self.autocast():
                 logits = self.cross_encoder(tensors)["scores"]
         logits = logits.float()
         with torch.inference_mode():
@@ -88,19 +117,21 @@ class EmbeddingModel:
 
         # LabelingSpec and LabelJob have checked the precision against the device and the teacher
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        use_tokenizer_threads(self.device, threads)
+        weights_dtype, self.autocast = precision_mode(self.device, precision)
         self.encoder = SentenceTransformer(model, device=self.device)
+        if weights_dtype is not None:
+            self.encoder.to(weights_dtype)
         if max_seq_length:
             self.encoder.max_seq_length = max_seq_length
         self.tokenizer = self.encoder.tokenizer
         self.max_length = self.encoder.max_seq_length
-        self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
 
     def embed(self, sentences: list[str], batch_size: int) -> np.ndarray:
         """Unit-length float32 embeddings, one row per sentence."""
         import torch
 
-        autocast = torch.autocast(self.device, dtype=self.dtype) if self.dtype else contextlib.nullcontext()
-        with torch.inference_mode(), autocast:
+        with torch.inference_mode(), self.autocast():
             embeddings = self.encoder.encode(sentences, batch_size=batch_size, normalize_embeddings=True,
                                              convert_to_numpy=True, show_progress_bar=False)
         return embeddings.astype(np.float32)
