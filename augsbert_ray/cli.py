@@ -416,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     label.add_argument("--text-columns", default="sentence1,sentence2", help="the two text columns (default: %(default)s)")
     label.add_argument("--batch-size", type=int, default=64, help="pairs per model call (default: %(default)s)")
     label.add_argument("--actors", type=_parse_actors, default=(1, 1), metavar="MIN:MAX", help="actor pool size (default: 1:1)")
-    label.add_argument("--cpus-per-actor", type=float, default=1, help="CPUs reserved per actor; also its torch threads")
+    label.add_argument("--cpus-per-actor", type=float, default=1, help="CPUs reserved per actor: its torch threads, and on a GPU its tokenizer threads")
     label.add_argument("--gpus-per-actor", type=float, default=0, help="GPUs per actor (default: 0)")
     label.add_argument("--precision", choices=["fp32", "bf16", "fp16", "int8"], default="fp32",
                        help="fp32; bf16/fp16: half-precision weights on GPU, autocast on CPU (fp16 GPU only); int8: ONNX Runtime on CPU, smoothed on the input's first 256 pairs (default: %(default)s)")

@@ -280,7 +280,7 @@ class LabelingSpec(_Strict):
     max_actors: int = Field(1, gt=0)
     cpus_per_actor: float = Field(1, gt=0)
     gpus_per_actor: float = Field(0, ge=0)
-    threads_per_actor: int | None = Field(None, gt=0, description="torch threads per actor; default cpus_per_actor.")
+    threads_per_actor: int | None = Field(None, gt=0, description="torch threads per actor (on a GPU, tokenizer threads); default cpus_per_actor.")
     precision: Literal["fp32", "bf16", "fp16", "int8"] = Field(
         "fp32", description="fp32; bf16/fp16: half-precision weights on GPU, autocast on CPU (fp16 on GPU only); int8: ONNX Runtime dynamic quantization on CPU, smoothed (SmoothQuant) on the input's first 256 pairs."
     )

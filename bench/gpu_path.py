@@ -132,8 +132,9 @@ def synchronize() -> None:
 
 def one_actor_steps(model: str, pairs: list[tuple[str, str]], precision: str, batch: int, threads: int) -> dict[str, float]:
     """Pairs/s of each step one actor takes, run one after another in this process: tokenize (one thread, then the
-    actor's ``threads``), pad (length-sorted batches), score (copy in, model, copy out: PairModel.score), and the
-    model alone on batches already on the device; at bf16/fp16 on GPU also fp32 weights under autocast."""
+    actor's ``threads``), pad (length-sorted batches), score (copy in, model, copy out: PairModel.score; a first pass,
+    then a second), and the model alone on batches already on the device; at bf16/fp16 on GPU also fp32 weights under
+    autocast."""
     import torch
 
     pair_model = PairModel(model, precision, threads, None, None, "torch")
@@ -148,15 +149,15 @@ def one_actor_steps(model: str, pairs: list[tuple[str, str]], precision: str, ba
     lengths = np.array([len(ids) for ids in encoded["input_ids"]])
     order = np.argsort(lengths, kind="stable")
     started = time.perf_counter()
-    batches = [scorer.pad(encoded, order[i : i + batch], int(lengths[order[i : i + batch]].max())) for i in range(0, len(order), batch)]
+    batches = [scorer.pad(encoded, order[i : i + batch], scorer.batch_width(lengths[order[i : i + batch]])) for i in range(0, len(order), batch)]
     steps["pad"] = time.perf_counter() - started
-    pair_model.score(batches[0])
-    synchronize()
-    started = time.perf_counter()
-    for features in batches:
-        pair_model.score(features)
-    synchronize()
-    steps["score_with_copies"] = time.perf_counter() - started
+    for name in ("score_first_pass", "score_with_copies"):  # first: every batch width met for the first time
+        synchronize()
+        started = time.perf_counter()
+        for features in batches:
+            pair_model.score(features)
+        synchronize()
+        steps[name] = time.perf_counter() - started
     on_device = [{name: torch.from_numpy(f[name]).to(pair_model.device) for name in pair_model.input_names} for f in batches]
     steps["model_only"] = model_seconds(pair_model, on_device, pair_model.autocast)
     half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)

@@ -194,6 +194,25 @@ def test_gpu_actors_cast_their_weights_and_tokenize_on_their_cpus(monkeypatch) -
             assert torch.is_autocast_enabled("cpu") == (precision == "bf16")
 
 
+def test_batch_widths_rounded_up_leave_the_scores_unchanged(minilm_with_trained_head: Path, data_dir: Path) -> None:
+    """GPU actors at bf16/fp16 pad each batch to a multiple of 8 tokens (fewer shapes to meet): the mask keeps
+    the extra padding out of every score."""
+    from augsbert_ray.labeling.backend import PairModel
+    from augsbert_ray.labeling.scorer import COUNT_KEYS, PairScorer
+
+    pairs = stsb_pairs(data_dir, 100)
+    first, second = [a for a, _ in pairs], [b for _, b in pairs]
+    model = PairModel(str(minilm_with_trained_head), "fp32", 1, None, None, runtime="torch")
+    assert model.width_multiple == 1  # CPU
+    stats = {multiple: dict.fromkeys(COUNT_KEYS, 0) for multiple in (1, 8)}
+    exact = PairScorer(model, 16).score(first, second, stats[1])
+    model.width_multiple = 8
+    rounded = PairScorer(model, 16).score(first, second, stats[8])
+    assert np.std(exact) > 0.05 and np.max(np.abs(rounded - exact)) < 1e-5
+    assert stats[8]["tokens"] == stats[1]["tokens"] and stats[8]["padded_tokens"] > stats[1]["padded_tokens"]
+    assert PairScorer(model, 16).batch_width(np.array([9, 17])) == 24
+
+
 def test_sentence_list_is_paired_by_a_sampling_strategy(ray_session, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path, capsys) -> None:
     sentences = sorted({s for pair in stsb_pairs(data_dir, 100) for s in pair})
     (tmp_path / "sentences.txt").write_text("\n".join(sentences) + "\n\n")

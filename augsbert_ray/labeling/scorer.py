@@ -91,10 +91,15 @@ class PairScorer:
         scores = np.empty(len(ids), dtype=np.float32)
         for start in range(0, len(order), self.batch_size):
             rows = order[start : start + self.batch_size]
-            features = self.pad(encoded, rows, int(lengths[rows].max()))
+            features = self.pad(encoded, rows, self.batch_width(lengths[rows]))
             stats["padded_tokens"] += features["input_ids"].size
             scores[rows] = self.model.score(features)
         return scores
+
+    def batch_width(self, lengths: np.ndarray) -> int:
+        """The longest pair's tokens, rounded up to the model's width multiple."""
+        multiple = self.model.width_multiple
+        return -(-int(lengths.max()) // multiple) * multiple
 
     def pad(self, encoded, rows: np.ndarray, width: int) -> dict[str, np.ndarray]:
         features = {}
