@@ -159,7 +159,7 @@ def one_actor_steps(model: str, pairs: list[tuple[str, str]], precision: str, ba
         synchronize()
         steps[name] = time.perf_counter() - started
     on_device = [{name: torch.from_numpy(f[name]).to(pair_model.device) for name in pair_model.input_names} for f in batches]
-    steps["model_only"] = model_seconds(pair_model, on_device, pair_model.autocast)
+    steps["model_only"] = model_seconds(pair_model, on_device, pair_model.precision_context)
     half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     if half is not None and pair_model.device == "cuda":
         pair_model.cross_encoder.to(torch.float32)

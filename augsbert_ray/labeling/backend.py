@@ -76,7 +76,7 @@ class PairModel:
         # LabelingSpec has checked the precision against the runtime and the actor's device
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         use_tokenizer_threads(self.device, threads)
-        weights_dtype, self.autocast = precision_mode(self.device, precision)
+        weights_dtype, self.precision_context = precision_mode(self.device, precision)
         self.cross_encoder = CrossEncoder(model, device=self.device, max_length=max_seq_length)
         if weights_dtype is not None:
             self.cross_encoder.to(weights_dtype)
@@ -103,7 +103,7 @@ class PairModel:
             logits = torch.from_numpy(self.session.run(None, {name: features[name] for name in self.input_names})[0])
         else:
             tensors = {name: torch.from_numpy(features[name]).to(self.device) for name in self.input_names}
-            with torch.inference_mode(), self.autocast():
+            with torch.inference_mode(), self.precision_context():
                 logits = self.cross_encoder(tensors)["scores"]
         logits = logits.float()
         with torch.inference_mode():
@@ -122,7 +122,7 @@ class EmbeddingModel:
         # LabelingSpec and LabelJob have checked the precision against the device and the teacher
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         use_tokenizer_threads(self.device, threads)
-        weights_dtype, self.autocast = precision_mode(self.device, precision)
+        weights_dtype, self.precision_context = precision_mode(self.device, precision)
         self.encoder = SentenceTransformer(model, device=self.device)
         if weights_dtype is not None:
             self.encoder.to(weights_dtype)
@@ -135,7 +135,7 @@ class EmbeddingModel:
         """Unit-length float32 embeddings, one row per sentence."""
         import torch
 
-        with torch.inference_mode(), self.autocast():
+        with torch.inference_mode(), self.precision_context():
             embeddings = self.encoder.encode(sentences, batch_size=batch_size, normalize_embeddings=True,
                                              convert_to_numpy=True, show_progress_bar=False)
         return embeddings.astype(np.float32)
