@@ -104,6 +104,7 @@ def fit_and_score(
         },
         "sbert_minilm": reproduction_row(task, seed, "sbert"),
         "gold_train": gold.train.num_rows,
+        "settings": {"bf16": spec.training.bf16, "gpu": gpu, "set": extra},  # how the fits ran
     }
     return cell, teacher, gold.train
 

@@ -167,10 +167,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
         assert not (state / "pids").exists(), "stop.sh left the cluster running"
 
 
-def tiny_overrides(tiny_model: Path, output: Path, name: str) -> list[str]:
-    """The smallest whole run: 150 gold pairs, BM25 only, one epoch everywhere, the tiny BERT."""
-    return [f"cross_encoder.model={tiny_model}", f"bi_encoder.model={tiny_model}", f"evaluation.zero_shot_model={tiny_model}",
-            "data.train_limit=150", "cross_encoder.epochs=1", "sampling.strategies=[bm25]", "sampling.top_k=2",
+def tiny_overrides(tiny_model: Path, teacher: Path, output: Path, name: str) -> list[str]:
+    """The smallest whole run: 150 gold pairs, BM25 only, one epoch everywhere, the tiny BERT, the given teacher
+    (its bi-encoder fits are the run's Ray Train fits on the cluster)."""
+    return [f"cross_encoder.trained={teacher}", f"bi_encoder.model={tiny_model}", f"evaluation.zero_shot_model={tiny_model}",
+            "data.train_limit=150", "sampling.strategies=[bm25]", "sampling.top_k=2",
             "training.cpus_per_worker=1", f"output_dir={output}", f"name={name}"]
 
 
@@ -185,7 +186,7 @@ def job_status(cluster: Cluster, submission_id: str) -> str:
 def test_tiny_jobs_succeed_with_augsbert_submit_and_ray_job_submit(
     cluster: Cluster, tiny_model: Path, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path
 ) -> None:
-    sets = [arg for item in tiny_overrides(tiny_model, tmp_path, "via-augsbert") for arg in ("--set", item)]
+    sets = [arg for item in tiny_overrides(tiny_model, tiny_cross_encoder, tmp_path, "via-augsbert") for arg in ("--set", item)]
     ours = subprocess.Popen(
         [str(BIN / "augsbert"), "submit", "jobs/stsb_indomain_bm25.yaml", "--address", cluster.dashboard,
          "--data-dir", str(data_dir), *sets], cwd=REPO, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -179,14 +179,14 @@ def test_a_run_killed_while_labeling_and_while_fitting_resumes_to_the_uninterrup
 ) -> None:
     """`augsbert run` is SIGKILLed with its whole process tree (driver and embedded Ray) once while it labels and
     once while it fits a bi-encoder; `augsbert run --resume` then finishes it. Its metrics equal the uninterrupted
-    run's, no shard is labeled twice, and the killed fit goes on from its last training state. It runs two of the
-    strategies (a run of some strategies draws the pools and makes the models that a run of all of them makes)."""
+    run's, no shard is labeled twice, and the killed fit goes on from its last training state. It runs KDE alone
+    (a run of some strategies draws the pools and makes the models that a run of all of them makes)."""
     reference = json.loads((whole_run[0] / "metrics.json").read_text())
     ray_tmpdir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # AF_UNIX socket paths must stay short
     # the uninterrupted run's teacher, as the cross-encoder fit is not what is killed; training states every
     # 20 steps (a resume setting: what the run computes does not change)
     extra = (f"cross_encoder.trained={whole_run[0] / 'models' / 'cross_encoder'}", "training.checkpoint_every=20")
-    settings = tiny_run_settings(tiny_model, tmp_path, "killed", ("bm25", "kde"), extra)
+    settings = tiny_run_settings(tiny_model, tmp_path, "killed", ("kde",), extra)
     first = start_augsbert(["run", JOB, "--data-dir", str(data_dir), *settings], tmp_path / "first.log", ray_tmpdir)
     wait_until(lambda: any(tmp_path.glob("killed-*/silver/kde_pool/part-*.parquet")), first, tmp_path / "first.log")
     kill_tree(first)
@@ -197,21 +197,21 @@ def test_a_run_killed_while_labeling_and_while_fitting_resumes_to_the_uninterrup
     labeled_before = {path: path.stat().st_mtime_ns for path in (run_dir / "silver").glob("*/part-*.parquet")}
 
     second = start_augsbert(["run", "--resume", str(run_dir), "--data-dir", str(data_dir)], tmp_path / "second.log", ray_tmpdir)
-    wait_until(lambda: registered_checkpoints(run_dir, "augsbert_bm25") >= 1, second, tmp_path / "second.log")
+    wait_until(lambda: registered_checkpoints(run_dir, "augsbert_kde") >= 1, second, tmp_path / "second.log")
     kill_tree(second)
-    assert "augsbert_bm25" not in json.loads((run_dir / "progress.json").read_text()), "the kill did not land while fitting"
+    assert "augsbert_kde" not in json.loads((run_dir / "progress.json").read_text()), "the kill did not land while fitting"
 
     third = start_augsbert(["run", "--resume", str(run_dir), "--data-dir", str(data_dir)], tmp_path / "third.log", ray_tmpdir)
     assert third.wait(timeout=900) == 0, (tmp_path / "third.log").read_text()[-3000:]
     assert re.search(r"resuming from step (20|40|60)\b", (tmp_path / "third.log").read_text())
 
     resumed = json.loads((run_dir / "metrics.json").read_text())
-    models = {"cross_encoder", "sbert", "augsbert_bm25", "augsbert_kde", "zero_shot", "jaccard"}
+    models = {"cross_encoder", "sbert", "augsbert_kde", "zero_shot", "jaccard"}
     assert set(resumed["test"]) == set(resumed["dev"]) == models
-    assert resumed["counts"] == only_strategies(reference["counts"], {"bm25", "kde", *models})
+    assert resumed["counts"] == only_strategies(reference["counts"], {"kde", *models})
     for split in ("dev", "test"):
         assert resumed[split] == pytest.approx(only_strategies(reference[split], models), abs=1e-6), split
-    assert set(resumed["reused_fits"]) == {"cross_encoder", "sbert"}  # the third attempt fitted the AugSBERT models
+    assert set(resumed["reused_fits"]) == {"cross_encoder", "sbert"}  # the third attempt fitted AugSBERT-KDE
     assert {path: path.stat().st_mtime_ns for path in labeled_before} == labeled_before  # no shard labeled again
     assert main(["run", "--resume", str(run_dir)]) == 2  # finished now
     shutil.rmtree(ray_tmpdir, ignore_errors=True)

@@ -48,7 +48,7 @@ def direct_scores(member: TeacherMember, pairs: pa.Table) -> np.ndarray:
     return np.sum(a * b, axis=1)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ensemble(minilm_with_trained_head: Path, data_dir: Path) -> Teacher:
     """MiniLM as a cross-encoder (head fitted to STSb) and as a bi-encoder. Random tiny models score every pair
     nearly alike, and mapping such scores onto the gold scale would multiply float32 rounding by ~1e4."""

@@ -103,8 +103,11 @@ def test_transfer_stsb_to_mrpc_on_given_pairs(ray_session, tiny_model: Path, dat
 
 
 @pytest.mark.slow
-def test_transfer_from_target_sentences_alone(ray_session, tiny_model: Path, data_dir: Path, tmp_path: Path) -> None:
-    """No target train split at all: unlabeled sentences, recombined by BM25, plus labeled dev/test files."""
+def test_transfer_from_target_sentences_alone(
+    ray_session, tiny_model: Path, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    """No target train split at all: unlabeled sentences, recombined by BM25, plus labeled dev/test files. The
+    teacher is given (cross_encoder.trained): the test above fits one on the source domain."""
     bws = load_gold(DataSpec(dataset="bws", bws_split="in-topic"), seed=0, data_dir=data_dir)
     sentences = tmp_path / "sentences.txt"
     sentences.write_text("\n".join(sorted(set(bws.train.column("sentence1").to_pylist()))[:120]) + "\n")
@@ -115,6 +118,7 @@ def test_transfer_from_target_sentences_alone(ray_session, tiny_model: Path, dat
     target = f"{{dataset: null, dev: {{path: {files['dev']}}}, test: {{path: {files['test']}}}}}"
     overrides = [*tiny_models(tiny_model), "scenario=domain-transfer", "data.dataset=stsb", f"target.data={target}",
                  "target.candidates=sentences", f"target.sentences={sentences}", "sampling.strategies=[bm25]",
+                 f"cross_encoder.trained={tiny_cross_encoder}",
                  f"output_dir={tmp_path}", "name=s"]
     run("jobs/stsb_indomain_bm25.yaml", overrides, data_dir)
     (run_dir,) = tmp_path.glob("s-*")
@@ -127,8 +131,9 @@ def test_transfer_from_target_sentences_alone(ray_session, tiny_model: Path, dat
 
 @pytest.mark.slow
 def test_flipped_silver_labels_change_the_trained_model(ray_session, tiny_model: Path, data_dir: Path, tmp_path: Path) -> None:
-    """The bi-encoder's loss reads the silver scores: the same pairs with scores 1 - s give other weights,
-    while the same scores twice give the same weights; training.bf16 (autocast) gives other weights, kept in fp32."""
+    """The bi-encoder's loss reads the silver scores: the same pairs with scores 1 - s give other weights;
+    training.bf16 (autocast) gives other weights, kept in fp32. (That the same scores give the same weights, the
+    kill test's resumed run and tests/test_tuning.py's exact resume show.)"""
     from safetensors.numpy import load_file
 
     from augsbert_ray.training import fit_bi_encoder
@@ -137,7 +142,7 @@ def test_flipped_silver_labels_change_the_trained_model(ray_session, tiny_model:
     scores = np.random.default_rng(0).uniform(size=64).astype(np.float32)
     pairs = gold.train.select(["sentence1", "sentence2"])
     weights = {}
-    for name, values, bf16 in (("silver", scores, False), ("again", scores, False), ("flipped", 1 - scores, False), ("bf16", scores, True)):
+    for name, values, bf16 in (("silver", scores, False), ("flipped", 1 - scores, False), ("bf16", scores, True)):
         path = tmp_path / f"{name}.parquet"
         pq.write_table(pairs.append_column("score", pa.array(values)), path)
         model_dir = tmp_path / "models" / name
@@ -148,7 +153,7 @@ def test_flipped_silver_labels_change_the_trained_model(ray_session, tiny_model:
     def moved(name: str) -> float:
         return max(float(np.abs(weights["silver"][key] - weights[name][key]).max()) for key in weights["silver"])
 
-    assert moved("again") == 0 and moved("flipped") > 1e-4 and moved("bf16") > 1e-4
+    assert moved("flipped") > 1e-4 and moved("bf16") > 1e-4
     assert all(array.dtype == np.float32 for array in weights["bf16"].values())
 
 
