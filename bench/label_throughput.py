@@ -4,7 +4,8 @@
     backend (CrossEncoder(backend="onnx") and its dynamic int8 export) where it loads; where it cannot (it needs
     the optional optimum-onnx), the output says why
 (b) the labeling engine at fp32 (runtime auto: ONNX Runtime on CPU)   (c) the engine at int8 (ONNX Runtime)
-and, for comparison, the engine at fp32 on torch (`--runtime torch`)
+and, for comparison, the engine at fp32 on torch (`--runtime torch`) and at bf16 (torch's bf16 autocast on CPU,
+fast where the CPU has bf16 instructions: AVX512-BF16 or AMX)
 on STSb-recombined pairs with the packaged MiniLM and a fresh one-logit head (seed 0), or with `--teacher stsb_1k`,
 the MiniLM cross-encoder fitted on STSb-1k as jobs/stsb_indomain_all_strategies.yaml fits it (kept in --work and
 reused), whose Spearman against gold on STSb dev is then reported for fp32 and int8 as well, or with
@@ -281,9 +282,10 @@ def main() -> None:
     seconds["int8"], _ = engine_run(str(model_dir), pairs_file, work / "int8", cpu_spec("int8"))
     # the engine's fp32 on torch instead of ONNX Runtime, for comparison
     seconds["fp32_torch"], _ = engine_run(str(model_dir), pairs_file, work / "fp32_torch", cpu_spec("fp32", "torch"))
-    fp32, int8, fp32_torch = scores_by_id(work / "fp32"), scores_by_id(work / "int8"), scores_by_id(work / "fp32_torch")
+    seconds["bf16"], _ = engine_run(str(model_dir), pairs_file, work / "bf16", cpu_spec("bf16"))
+    fp32, int8, fp32_torch, bf16 = (scores_by_id(work / name) for name in ("fp32", "int8", "fp32_torch", "bf16"))
     load_after = os.getloadavg()[0]
-    dev = gold_spearman(str(model_dir), dev_file, work, ["fp32", "int8"]) if args.teacher != "fresh" else None
+    dev = gold_spearman(str(model_dir), dev_file, work, ["fp32", "int8", "bf16"]) if args.teacher != "fresh" else None
     ray.shutdown()
 
     from transformers import AutoConfig
@@ -296,10 +298,12 @@ def main() -> None:
         "ratio_fp32": round(rate["fp32"] / rate["reference"], 3),
         "ratio_int8": round(rate["int8"] / rate["reference"], 3),
         "ratio_fp32_torch": round(rate["fp32_torch"] / rate["reference"], 3),
+        "ratio_bf16": round(rate["bf16"] / rate["reference"], 3),
         "max_abs_diff_fp32": float(np.max(np.abs(fp32 - reference))),
         "max_abs_diff_fp32_torch": float(np.max(np.abs(fp32_torch - reference))),
         "teacher": args.teacher,
         "spearman_int8": round(float(spearmanr(int8, reference)[0]), 5),
+        "spearman_bf16": round(float(spearmanr(bf16, reference)[0]), 5),
         "score_range_fp32": [round(float(fp32.min()), 4), round(float(fp32.max()), 4)],
         **({"dev_spearman_x100": dev} if dev else {}),
         "flop_utilization_fp32": round(flops / seconds["fp32"] / peak, 4),

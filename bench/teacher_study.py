@@ -86,7 +86,9 @@ def fit_and_score(
     models = run_dir / "models"
     # the bi-encoder first: its fit is the shorter, and its scores tell early whether mpnet beats SBERT
     train_teacher_bi_encoder(ctx, read)
-    early = ray.get(evaluate_on_ray("bi_encoder", str(models / "teacher_bi_encoder"), spec.task, gold.dev, gold.test, 1, 0))
+    cpus = int(ray.cluster_resources()["CPU"])  # alone on the machine: every CPU
+    early = ray.get(evaluate_on_ray("bi_encoder", str(models / "teacher_bi_encoder"), spec.task, gold.dev, gold.test, cpus,
+                                    spec.evaluation.gpus))
     log.info("%s seed %d: bi_mpnet dev %.2f test %.2f", task, seed, early.dev, early.test)
     teacher = calibrate_teacher(ctx, train_teacher(ctx, read)[0], gold)
     jobs = {"ce_mpnet": ("cross_encoder", str(models / "cross_encoder")), "bi_mpnet": ("bi_encoder", str(models / "teacher_bi_encoder")),
