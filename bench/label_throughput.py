@@ -8,7 +8,7 @@ and, for comparison, the engine at fp32 on torch (`--runtime torch`) and at bf16
 fast where the CPU has bf16 instructions: AVX512-BF16 or AMX)
 on STSb-recombined pairs with the packaged MiniLM and a fresh one-logit head (seed 0), or with `--teacher stsb_1k`,
 the MiniLM cross-encoder fitted on STSb-1k as jobs/stsb_indomain_all_strategies.yaml fits it (kept in --work and
-reused), whose Spearman against gold on STSb dev is then reported for fp32 and int8 as well, or with
+reused), whose Spearman against gold on STSb dev is then reported for fp32, int8 and bf16 as well, or with
 `--teacher DIR --dev FILE`, any trained cross-encoder (e.g. the mpnet one bench/teacher_study.py fits) and the gold
 dev split it is scored on (a parquet file with sentence1, sentence2, label).
 FLOP utilization = useful transformer FLOPs (from the unpadded token counts the engine records)
