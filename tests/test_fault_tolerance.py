@@ -59,12 +59,13 @@ def kill_train_worker_after_checkpoints(storage: Path, killed: list[int], timeou
 
 
 # The fit every test here makes: 400 gold pairs, 4 epochs of 50 steps, a training state every 25 steps.
+TRAIN_PAIRS = 400
 FIT_SPEC = {"epochs": 4, "batch_size": 8}
-FIT_STEPS = 200
+FIT_STEPS = TRAIN_PAIRS // FIT_SPEC["batch_size"] * FIT_SPEC["epochs"]
 
 
 def write_train_pairs(data_dir: Path, path: Path) -> Path:
-    pq.write_table(load_gold(DataSpec(train_limit=400), seed=0, data_dir=data_dir).train, path)
+    pq.write_table(load_gold(DataSpec(train_limit=TRAIN_PAIRS), seed=0, data_dir=data_dir).train, path)
     return path
 
 
