@@ -48,7 +48,7 @@ def test_a_seed_made_as_three_parts_is_merged_into_one_run(tmp_path: Path) -> No
     write_run(tmp_path / "mrpc-full-seed44_lexical-20261124-220000", ["bm25", "random"],
               {**shared, "sbert": 83.0, "augsbert_bm25": 84.0, "augsbert_rs": 82.0}, 100.0)
     write_run(tmp_path / "mrpc-full-seed44_kde-20261125-010000", ["kde"], {**shared, "sbert": 82.0, "augsbert_kde": 83.5}, 50.0)
-    assert reproduce.seed_result("mrpc", 44, args, tmp_path) is None  # the semantic part is missing
+    assert "augsbert_ss" not in reproduce.seed_result("mrpc", 44, args, tmp_path)[0]["test"]  # lexical + kde, for now
     write_run(tmp_path / "mrpc-full-seed44_semantic-20261125-030000", ["semantic", "bm25+semantic"],
               {**shared, "cross_encoder": 84.25, "sbert": 82.5, "augsbert_ss": 81.0, "augsbert_bm25_ss": 82.0}, 70.0)
 
@@ -60,6 +60,23 @@ def test_a_seed_made_as_three_parts_is_merged_into_one_run(tmp_path: Path) -> No
     assert sorted(spec["sampling"]["strategies"]) == ["bm25", "bm25+semantic", "kde", "random", "semantic"]
 
 
+def test_a_seed_of_lexical_and_kde_parts_keeps_a_bi_encoder_teachers_rows(tmp_path: Path) -> None:
+    """Without the semantic part a seed is lexical + kde; once the semantic part finishes, the whole split wins."""
+    args = argparse.Namespace(quick=False)
+    shared = {"jaccard": 40.0, "zero_shot": 45.0, "teacher_bi_encoder": 58.8}  # a bi-encoder teacher: no cross-encoder
+    write_run(tmp_path / "bws_cross_topic-full-seed42_lexical-20261126-074522", ["bm25", "random"],
+              {**shared, "sbert": 54.1, "augsbert_bm25": 54.6, "augsbert_rs": 54.7}, 100.0)
+    assert reproduce.seed_result("bws_cross_topic", 42, args, tmp_path) is None
+    write_run(tmp_path / "bws_cross_topic-full-seed42_kde-20261127-010000", ["kde"], {**shared, "sbert": 53.0, "augsbert_kde": 55.0}, 50.0)
+    metrics, spec, _ = reproduce.seed_result("bws_cross_topic", 42, args, tmp_path)
+    assert metrics["test"] == {**shared, "sbert": 54.1, "augsbert_bm25": 54.6, "augsbert_rs": 54.7, "augsbert_kde": 55.0}
+    assert metrics["parts"]["kde"]["test_gap_of_shared_rows"] == {"jaccard": 0.0, "zero_shot": 0.0, "teacher_bi_encoder": 0.0}
+    assert sorted(spec["sampling"]["strategies"]) == ["bm25", "kde", "random"]
+    write_run(tmp_path / "bws_cross_topic-full-seed42_semantic-20261127-030000", ["semantic", "bm25+semantic"],
+              {**shared, "sbert": 53.5, "augsbert_ss": 54.0, "augsbert_bm25_ss": 54.2}, 70.0)
+    assert reproduce.seed_result("bws_cross_topic", 42, args, tmp_path)[0]["test"]["augsbert_ss"] == 54.0
+
+
 def test_parts_run_the_strategies_a_whole_run_runs() -> None:
     from augsbert_ray.config import load_spec
 
@@ -68,7 +85,8 @@ def test_parts_run_the_strategies_a_whole_run_runs() -> None:
         whole = load_spec(job, reproduce.overrides_for(name, quick=False, gpu=False)).sampling.strategies
         for split in reproduce.SPLITS:
             parts = [load_spec(job, reproduce.overrides_for(name, quick=False, gpu=False, part=part)) for part in split]
-            assert sorted(s for part in parts for s in part.sampling.strategies) == sorted(whole)
+            semantic = {"semantic", "bm25+semantic"} if "semantic" not in split and "rest" not in split else set()
+            assert sorted(s for part in parts for s in part.sampling.strategies) == sorted(set(whole) - semantic)
             # SBERT is seed-optimized in the split's first part only, the part that gives its row
             assert [part.tuning is not None for part in parts] == [True] + [False] * (len(split) - 1)
 
@@ -88,6 +106,13 @@ def test_a_part_takes_a_finished_sibling_parts_teacher(tmp_path: Path) -> None:
     stopped.mkdir()
     (stopped / "spec.yaml").write_text(yaml.safe_dump({"cross_encoder": {"trained": "/elsewhere/cross_encoder"}}))
     assert reproduce.shared_teacher(tmp_path, base, "kde", stopped) == ["cross_encoder.trained=/elsewhere/cross_encoder"]
+    # an ensemble teacher's two models, and a bi-encoder teacher's one
+    (rest / "models" / "teacher_bi_encoder").mkdir()
+    assert reproduce.shared_teacher(tmp_path, base, "kde", None) == [*teacher, f"teacher.bi_encoder.trained={rest / 'models' / 'teacher_bi_encoder'}"]
+    (rest / "models" / "cross_encoder").rmdir()
+    assert reproduce.shared_teacher(tmp_path, base, "kde", None) == [f"teacher.bi_encoder.trained={rest / 'models' / 'teacher_bi_encoder'}"]
+    (stopped / "spec.yaml").write_text(yaml.safe_dump({"cross_encoder": {}, "teacher": {"bi_encoder": {"trained": "/elsewhere/bi"}}}))
+    assert reproduce.shared_teacher(tmp_path, base, "kde", stopped) == ["teacher.bi_encoder.trained=/elsewhere/bi"]
     (stopped / "spec.yaml").write_text(yaml.safe_dump({"cross_encoder": {"epochs": 1}}))  # it fitted its own
     assert reproduce.shared_teacher(tmp_path, base, "kde", stopped) == []
 

@@ -159,3 +159,14 @@ def test_gate_passes_a_better_teacher(tiny_bi_encoder: Path, ray_session, data_d
     gate = check_teacher(ctx, teacher, gold, tiny_bi_encoder, gold.dev).record
     assert gate["better"] is True and gate["teacher_dev"] > gate["student_dev"] + 20
     assert not [record for record in caplog.records if record.levelname == "WARNING"]
+
+
+def test_a_trained_teacher_is_linked_into_the_run_not_copied(tiny_bi_encoder: Path, tmp_path: Path) -> None:
+    from augsbert_ray.stages import copy_trained_model
+
+    run_models = tmp_path / "models"
+    run_models.mkdir()
+    assert copy_trained_model(tiny_bi_encoder, run_models / "teacher_bi_encoder", "teacher_bi_encoder") == {"trained_on": None}
+    given = sorted(path.relative_to(tiny_bi_encoder) for path in tiny_bi_encoder.rglob("*") if path.is_file())
+    assert given == sorted(path.relative_to(run_models / "teacher_bi_encoder") for path in (run_models / "teacher_bi_encoder").rglob("*") if path.is_file())
+    assert all((tiny_bi_encoder / name).stat().st_ino == (run_models / "teacher_bi_encoder" / name).stat().st_ino for name in given)
