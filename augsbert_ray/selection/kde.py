@@ -76,18 +76,18 @@ def bin_counts(scores: np.ndarray, bins: int) -> np.ndarray:
 
 
 def score_histogram(silver: SilverRows, bins: int, column: str = "score") -> np.ndarray:
-    """Counts of silver scores in ``bins`` equal bins over [0,1]: of a table here, of a Dataset summed across
-    blocks on the workers."""
+    """Counts of silver scores in ``bins`` equal bins over [0,1]: of a table here; of a Dataset, each batch counted
+    on the workers and the counts streamed to this process and added up (``bins`` numbers per batch: a groupby's
+    hash shuffle would start its own aggregator actors for them)."""
     if isinstance(silver, pa.Table):
         return bin_counts(silver.column(column).to_numpy(), bins).astype(np.int64)
 
     def count(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {"bin": np.arange(bins), "count": bin_counts(batch[column], bins)}
 
-    rows = silver.map_batches(count, batch_format="numpy").groupby("bin").sum("count").take_all()
     counts = np.zeros(bins, dtype=np.int64)
-    for row in rows:
-        counts[int(row["bin"])] = int(row["sum(count)"])
+    for batch in silver.map_batches(count, batch_format="numpy").iter_batches(batch_format="numpy"):
+        np.add.at(counts, batch["bin"], batch["count"])
     return counts
 
 
