@@ -419,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     label.add_argument("--cpus-per-actor", type=float, default=1, help="CPUs reserved per actor: its torch threads, and on a GPU its tokenizer threads")
     label.add_argument("--gpus-per-actor", type=float, default=0, help="GPUs per actor (default: 0)")
     label.add_argument("--precision", choices=["fp32", "bf16", "fp16", "int8"], default="fp32",
-                       help="fp32; bf16/fp16: half-precision weights on GPU, autocast on CPU (fp16 GPU only); int8: ONNX Runtime on CPU, smoothed on the input's first 256 pairs (default: %(default)s)")
+                       help="fp32; bf16/fp16: half-precision weights on torch (fp16 GPU only); int8: ONNX Runtime on CPU, smoothed on the input's first 256 pairs (default: %(default)s)")
     label.add_argument("--runtime", choices=["auto", "torch", "onnx"], default="auto",
                        help="auto: ONNX Runtime on CPU actors (fp32, int8), torch on GPU (default: %(default)s)")
     label.add_argument("--max-seq-length", type=int, help="tokens per pair; longer pairs are truncated and counted")

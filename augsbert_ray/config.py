@@ -282,7 +282,7 @@ class LabelingSpec(_Strict):
     gpus_per_actor: float = Field(0, ge=0)
     threads_per_actor: int | None = Field(None, gt=0, description="torch threads per actor (on a GPU, tokenizer threads); default cpus_per_actor.")
     precision: Literal["fp32", "bf16", "fp16", "int8"] = Field(
-        "fp32", description="fp32; bf16/fp16: half-precision weights on GPU, autocast on CPU (fp16 on GPU only); int8: ONNX Runtime dynamic quantization on CPU, smoothed (SmoothQuant) on the input's first 256 pairs."
+        "fp32", description="fp32; bf16/fp16: half-precision weights on torch (fp16 on GPU only); int8: ONNX Runtime dynamic quantization on CPU, smoothed (SmoothQuant) on the input's first 256 pairs."
     )
     runtime: Literal["auto", "torch", "onnx"] = Field(
         "auto", description="auto: ONNX Runtime on CPU actors for fp32/int8 (1.7-1.9 times torch's speed measured there), torch on GPU."
@@ -300,7 +300,7 @@ class LabelingSpec(_Strict):
         problems = [
             (self.min_actors > self.max_actors, f"min_actors ({self.min_actors}) exceeds max_actors ({self.max_actors})"),
             (self.runtime == "onnx" and self.precision in ("bf16", "fp16"),
-             f"precision {self.precision} is torch autocast: use runtime torch or auto"),
+             f"precision {self.precision} runs on torch: use runtime torch or auto"),
             (self.runtime == "torch" and self.precision == "int8", "precision int8 runs on ONNX Runtime: use runtime onnx or auto"),
             (self.precision == "fp16" and not gpu, "precision fp16 needs GPU actors: set gpus_per_actor (bf16 also runs on CPU)"),
             (self.precision == "int8" and gpu, "precision int8 is the CPU path; with gpus_per_actor use bf16 or fp16"),

@@ -805,7 +805,7 @@ def test_job_spec_names_a_parquet_sentence_column_of_ints(tmp_path: Path) -> Non
         (["--cpus-per-actor", "0"], "--cpus-per-actor: must be > 0"),
         (["--gpus-per-actor", "-1"], "--gpus-per-actor: must be >= 0"),
         (["--shard-rows", "0", "--max-seq-length", "-3"], "--max-seq-length: must be > 0; --shard-rows: must be > 0"),
-        (["--precision", "bf16", "--runtime", "onnx"], "--precision bf16 is torch autocast: use --runtime torch or auto"),
+        (["--precision", "bf16", "--runtime", "onnx"], "--precision bf16 runs on torch: use --runtime torch or auto"),
     ],
 )
 def test_label_words_field_errors_with_its_flags(tmp_path: Path, capsys, flags: list[str], message: str) -> None:

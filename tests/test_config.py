@@ -75,7 +75,7 @@ def test_missing_spec_file_and_bad_yaml(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("pair, message", [
-    ("precision: bf16\n  runtime: onnx", "precision bf16 is torch autocast"),
+    ("precision: bf16\n  runtime: onnx", "precision bf16 runs on torch"),
     ("precision: int8\n  runtime: torch", "precision int8 runs on ONNX Runtime"),
 ])
 def test_labeling_runtime_must_fit_the_precision(pair: str, message: str, tmp_path: Path) -> None:

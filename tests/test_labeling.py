@@ -169,15 +169,15 @@ def test_int8_and_bf16_labels_correlate_with_fp32(ray_session, minilm_with_train
     assert spearmanr(scores["int8"], scores["fp32"])[0] >= 0.99
     assert (tmp_path / "int8" / "_onnx").is_dir()
     assert spearmanr(scores["bf16"], scores["fp32"])[0] >= 0.99
-    assert not np.array_equal(scores["bf16"], scores["fp32"])  # bf16 autocast really ran
+    assert not np.array_equal(scores["bf16"], scores["fp32"])  # bf16 really ran
 
 
-def test_gpu_actors_cast_their_weights_and_tokenize_on_their_cpus(monkeypatch) -> None:
-    """On GPU, bf16/fp16 are half-precision weights (no cast per operation) and the tokenizer gets the actor's CPUs;
-    on CPU, fp32 weights under autocast and one tokenizer thread (the bench's GPU run measures the GPU side)."""
+def test_actors_cast_their_weights_and_gpu_actors_tokenize_on_their_cpus(monkeypatch, tiny_model: Path) -> None:
+    """bf16/fp16 are half-precision weights (no cast per operation, on CPU too); a GPU actor's tokenizer gets the
+    actor's CPUs, a CPU actor's one thread (the bench's GPU run measures the GPU side)."""
     import torch
 
-    from augsbert_ray.labeling.backend import precision_mode, use_tokenizer_threads
+    from augsbert_ray.labeling.backend import EmbeddingModel, weights_dtype, use_tokenizer_threads
 
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
@@ -186,12 +186,11 @@ def test_gpu_actors_cast_their_weights_and_tokenize_on_their_cpus(monkeypatch) -
     use_tokenizer_threads("cuda", 4)
     assert (os.environ["TOKENIZERS_PARALLELISM"], os.environ["RAYON_NUM_THREADS"]) == ("true", "4")
 
-    assert precision_mode("cuda", "bf16")[0] is torch.bfloat16 and precision_mode("cuda", "fp16")[0] is torch.float16
-    for device, precision in (("cuda", "fp32"), ("cpu", "fp32"), ("cpu", "bf16")):
-        weights, context = precision_mode(device, precision)
-        assert weights is None
-        with context():
-            assert torch.is_autocast_enabled("cpu") == (precision == "bf16")
+    assert (weights_dtype("bf16"), weights_dtype("fp16"), weights_dtype("fp32")) == (torch.bfloat16, torch.float16, None)
+    bf16 = EmbeddingModel(str(tiny_model), "bf16", 1, None)
+    assert {parameter.dtype for parameter in bf16.encoder.parameters()} == {torch.bfloat16}
+    embeddings = bf16.embed(["a cat sat on the mat", "a dog"], 2)
+    assert embeddings.dtype == np.float32 and np.allclose(np.linalg.norm(embeddings, axis=1), 1.0, atol=1e-2)
 
 
 def test_batch_widths_rounded_up_leave_the_scores_unchanged(minilm_with_trained_head: Path, data_dir: Path) -> None:

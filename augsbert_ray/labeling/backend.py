@@ -1,5 +1,5 @@
 """The models inside a labeling actor: a sentence-transformers CrossEncoder run by torch (fp32; bf16/fp16 as
-autocast on CPU, as half-precision weights on GPU), or its ONNX export run by ONNX Runtime on CPU, at fp32 or
+half-precision weights), or its ONNX export run by ONNX Runtime on CPU, at fp32 or
 quantized to int8; and a bi-encoder (SentenceTransformer) run by torch, which scores a pair by the cosine of its two
 embeddings.
 
@@ -23,12 +23,10 @@ they cannot run beside this stack; bench/label_throughput.py tries them and prin
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
 import uuid
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,17 +47,14 @@ def use_tokenizer_threads(device: str, threads: int) -> None:
         os.environ["RAYON_NUM_THREADS"] = str(max(1, threads))  # read once, at the tokenizer's first batch
 
 
-def precision_mode(device: str, precision: str) -> tuple[Any, Callable[[], contextlib.AbstractContextManager]]:
-    """The dtype to cast the weights to, and the context each forward pass runs in: on GPU, bf16/fp16 weights (no
-    cast per operation); on CPU, fp32 weights under bf16 autocast."""
+def weights_dtype(precision: str) -> Any:
+    """The dtype a torch model's weights are cast to: bf16/fp16 (None: fp32). Half-precision weights rather than
+    autocast on CPU too: autocast casts the fp32 weights at every operation, and on a 2-core Zen 4 CPU bf16 weights
+    scored 1.1-1.35x as many mpnet cross-encoder pairs per second as autocast, with Spearman 0.9997-0.9998 against
+    fp32 (docs/BENCHMARKS.md)."""
     import torch
 
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    if dtype is None:
-        return None, contextlib.nullcontext
-    if device == "cuda":
-        return dtype, contextlib.nullcontext
-    return None, lambda: torch.autocast(device, dtype=dtype)
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
 
 
 class PairModel:
@@ -76,10 +71,10 @@ class PairModel:
         # LabelingSpec has checked the precision against the runtime and the actor's device
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         use_tokenizer_threads(self.device, threads)
-        weights_dtype, self.precision_context = precision_mode(self.device, precision)
+        dtype = weights_dtype(precision)
         self.cross_encoder = CrossEncoder(model, device=self.device, max_length=max_seq_length)
-        if weights_dtype is not None:
-            self.cross_encoder.to(weights_dtype)
+        if dtype is not None:
+            self.cross_encoder.to(dtype)
         self.cross_encoder.eval()
         self.tokenizer = self.cross_encoder.tokenizer
         self.max_length = max_seq_length or self.cross_encoder.max_length or self.tokenizer.model_max_length
@@ -88,7 +83,7 @@ class PairModel:
         # a GPU at bf16/fp16 runs each batch width slowly the first time it meets it: widths rounded up to a multiple
         # of 8 (9 widths instead of 39 on 20k STSb pairs) scored 3.1x faster on first meeting, 1.4x after (H200);
         # fp32 lost 6-11% to the extra padding
-        self.width_multiple = 8 if weights_dtype is not None else 1
+        self.width_multiple = 8 if dtype is not None and self.device == "cuda" else 1
         use_onnx = runtime == "onnx" or (runtime == "auto" and self.device == "cpu" and precision in ("fp32", "int8"))
         self.session = None
         if use_onnx:
@@ -103,7 +98,7 @@ class PairModel:
             logits = torch.from_numpy(self.session.run(None, {name: features[name] for name in self.input_names})[0])
         else:
             tensors = {name: torch.from_numpy(features[name]).to(self.device) for name in self.input_names}
-            with torch.inference_mode(), self.precision_context():
+            with torch.inference_mode():
                 logits = self.cross_encoder(tensors)["scores"]
         logits = logits.float()
         with torch.inference_mode():
@@ -122,10 +117,10 @@ class EmbeddingModel:
         # LabelingSpec and LabelJob have checked the precision against the device and the teacher
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         use_tokenizer_threads(self.device, threads)
-        weights_dtype, self.precision_context = precision_mode(self.device, precision)
+        dtype = weights_dtype(precision)
         self.encoder = SentenceTransformer(model, device=self.device)
-        if weights_dtype is not None:
-            self.encoder.to(weights_dtype)
+        if dtype is not None:
+            self.encoder.to(dtype)
         if max_seq_length:
             self.encoder.max_seq_length = max_seq_length
         self.tokenizer = self.encoder.tokenizer
@@ -135,7 +130,7 @@ class EmbeddingModel:
         """Unit-length float32 embeddings, one row per sentence."""
         import torch
 
-        with torch.inference_mode(), self.precision_context():
+        with torch.inference_mode():
             embeddings = self.encoder.encode(sentences, batch_size=batch_size, normalize_embeddings=True,
                                              convert_to_numpy=True, show_progress_bar=False)
         return embeddings.astype(np.float32)
