@@ -33,6 +33,7 @@ import os
 import platform
 import shlex
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -100,12 +101,17 @@ def overrides_for(name: str, quick: bool, gpu: bool, part: str | None = None) ->
 
 
 def host() -> dict[str, str | int]:
-    """Where a run ran: recorded beside it, so that results aggregated elsewhere still say."""
+    """Where and with what code a run ran: recorded beside it, so that results aggregated elsewhere still say."""
     import ray
     import torch
 
+    try:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:  # no git on this machine
+        commit = ""
     return {"machine": platform.machine(), "node": platform.node(), "cpus_given_to_ray": int(ray.cluster_resources().get("CPU", 0)),
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none", "torch": torch.__version__}
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none", "torch": torch.__version__,
+            "commit": commit or "unknown"}
 
 
 def finished_run(runs: Path, run_name: str) -> Path | None:

@@ -4,7 +4,7 @@
     backend (CrossEncoder(backend="onnx") and its dynamic int8 export) where it loads; where it cannot (it needs
     the optional optimum-onnx), the output says why
 (b) the labeling engine at fp32 (runtime auto: ONNX Runtime on CPU)   (c) the engine at int8 (ONNX Runtime)
-and, for comparison, the engine at fp32 on torch (`--runtime torch`) and at bf16 (torch's bf16 autocast on CPU,
+and, for comparison, the engine at fp32 on torch (`--runtime torch`) and at bf16 (bf16 weights on torch,
 fast where the CPU has bf16 instructions: AVX512-BF16 or AMX)
 on STSb-recombined pairs with the packaged MiniLM and a fresh one-logit head (seed 0), or with `--teacher stsb_1k`,
 the MiniLM cross-encoder fitted on STSb-1k as jobs/stsb_indomain_all_strategies.yaml fits it (kept in --work and
