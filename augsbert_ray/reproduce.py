@@ -137,10 +137,12 @@ def shared_teacher(runs: Path, base: str, part: str | None, stopped: Path | None
         given = {"cross_encoder.trained": spec["cross_encoder"].get("trained"),
                  "teacher.bi_encoder.trained": spec.get("teacher", {}).get("bi_encoder", {}).get("trained")}
         return [f"{setting}={model}" for setting, model in given.items() if model]
-    siblings = [finished_run(runs, f"{base}_{other}") for other in PARTS if part and other != part]
-    sibling = next((run for run in siblings if run and any((run / "models" / name).is_dir() for name in TEACHER_MODELS)), None)
-    return [f"{setting}={sibling / 'models' / name}" for name, setting in TEACHER_MODELS.items()
-            if sibling and (sibling / "models" / name).is_dir()]
+    for sibling in (finished_run(runs, f"{base}_{other}") for other in PARTS if part and other != part):
+        given = [f"{setting}={sibling / 'models' / name}" for name, setting in TEACHER_MODELS.items()
+                 if sibling and (sibling / "models" / name).is_dir()]
+        if given:
+            return given
+    return []
 
 def run_one(name: str, seed: int, args: argparse.Namespace, runs: Path) -> None:
     """One experiment at one seed (or one --part of it), unless it has finished; a stopped run is resumed."""
