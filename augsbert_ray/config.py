@@ -187,7 +187,7 @@ class CrossEncoderSpec(EncoderSpec):
     both_orders: bool = Field(True, description="Feed each gold pair as (a,b) and (b,a), as in the paper.")
     trained: str | None = Field(
         None, description="A cross-encoder already trained (e.g. an earlier run's models/cross_encoder): the run copies "
-        "it as its teacher and fits none."
+        "it as its teacher and fits none (hard links where the file system allows: don't overwrite its files in place)."
     )
 
     trained_model_exists = field_validator("trained")(saved_model_dir)
@@ -203,7 +203,8 @@ class TeacherBiEncoderSpec(BiEncoderSpec):
     model: str = Field("mpnet", description="Default: all-mpnet-base-v2 ('mpnet'; `make models` fetches it offline).")
     epochs: int = Field(4, gt=0)
     trained: str | None = Field(
-        None, description="A bi-encoder already fine-tuned (e.g. an earlier run's models/teacher_bi_encoder): copied, not fitted."
+        None, description="A bi-encoder already fine-tuned (e.g. an earlier run's models/teacher_bi_encoder): copied (hard "
+        "links where possible), not fitted."
     )
 
     trained_model_exists = field_validator("trained")(saved_model_dir)

@@ -191,7 +191,9 @@ class Fit:
 
 
 def link_or_copy(source: str, target: str) -> None:
-    """A hard link where the file system allows one (a model's weights are never written in place), else a copy."""
+    """A hard link where the file system allows one, else a copy. A saved model's files are replaced, not rewritten,
+    by the fits here (each writes a new directory); a folder overwritten in place by other tools would change the
+    run's copy too, which the setting's description says."""
     try:
         os.link(source, target)
     except OSError:
