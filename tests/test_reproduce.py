@@ -5,6 +5,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from augsbert_ray import reproduce
@@ -149,13 +150,14 @@ def test_results_page_links_each_tabulated_runs_spec_instead_of_inlining_it(tmp_
     assert f"Command: `augsbert {' '.join(command)}`" in text
 
 
-def test_committed_results_page_links_committed_specs() -> None:
-    page = ROOT / "docs" / "RESULTS.md"
-    text = page.read_text(encoding="utf-8")
+@pytest.mark.parametrize("page, runs", [("RESULTS.md", "reproduce_runs"), ("RESULTS_BEST_TEACHER.md", "reproduce_best_teacher_runs")])
+def test_committed_results_pages_link_committed_specs(page: str, runs: str) -> None:
+    page_path = ROOT / "docs" / page
+    text = page_path.read_text(encoding="utf-8")
     assert "## Effects against the targets" in text and "```yaml" not in text
-    specs = [path for path in linked_files(page) if path.name == "spec.yaml"]
+    specs = [path for path in linked_files(page_path) if path.name == "spec.yaml"]
     assert specs and all(path.is_file() for path in specs)
-    assert all(path.parent.parent == ROOT / "bench" / "results" / "reproduce_runs" for path in specs)
+    assert all(path.parent.parent == ROOT / "bench" / "results" / runs for path in specs)
     assert len(specs) == len({path.parent for path in specs})  # one row per run directory
 
 
