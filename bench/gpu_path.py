@@ -25,6 +25,7 @@ The figures are written to --out as JSON and printed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -45,7 +46,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from label_throughput import STSB_1K, engine_run, gold_spearman, recombined_pairs, scores_by_id, stsb_1k_teacher, stsb_sentences  # noqa: E402
 
 from augsbert_ray.config import LabelingSpec, load_spec  # noqa: E402
-from augsbert_ray.labeling.backend import PairModel, precision_mode  # noqa: E402
+from augsbert_ray.labeling.backend import PairModel, weights_dtype  # noqa: E402
 from augsbert_ray.labeling.scorer import PairScorer  # noqa: E402
 from augsbert_ray.models import resolve_model  # noqa: E402
 from augsbert_ray.runtime import init_ray, setup_logging  # noqa: E402
@@ -159,9 +160,9 @@ def one_actor_steps(model: str, pairs: list[tuple[str, str]], precision: str, ba
         synchronize()
         steps[name] = time.perf_counter() - started
     on_device = [{name: torch.from_numpy(f[name]).to(pair_model.device) for name in pair_model.input_names} for f in batches]
-    steps["model_only"] = model_seconds(pair_model, on_device, pair_model.precision_context)
-    half, _ = precision_mode(pair_model.device, precision)  # set only for bf16/fp16 on GPU
-    if half is not None:
+    steps["model_only"] = model_seconds(pair_model, on_device, contextlib.nullcontext)
+    half = weights_dtype(precision)
+    if half is not None and pair_model.device == "cuda":
         pair_model.cross_encoder.to(torch.float32)
         steps["model_only_autocast"] = model_seconds(pair_model, on_device, lambda: torch.autocast("cuda", dtype=half))
     return {name: round(len(pairs) / seconds, 1) for name, seconds in steps.items()}
