@@ -36,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import time
+from functools import reduce
 from pathlib import Path
 
 import yaml
@@ -134,8 +135,8 @@ def shared_teacher(runs: Path, base: str, part: str | None, stopped: Path | None
     A stopped run keeps the teacher its spec.yaml names, so that it resumes with the spec it started with."""
     if stopped:
         spec = yaml.safe_load((stopped / "spec.yaml").read_text())
-        given = {"cross_encoder.trained": spec["cross_encoder"].get("trained"),
-                 "teacher.bi_encoder.trained": spec.get("teacher", {}).get("bi_encoder", {}).get("trained")}
+        given = {setting: reduce(lambda section, key: (section or {}).get(key), setting.split("."), spec)
+                 for setting in TEACHER_MODELS.values()}
         return [f"{setting}={model}" for setting, model in given.items() if model]
     for sibling in (finished_run(runs, f"{base}_{other}") for other in PARTS if part and other != part):
         given = [f"{setting}={sibling / 'models' / name}" for name, setting in TEACHER_MODELS.items()
