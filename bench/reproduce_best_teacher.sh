@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The reproduction with the best-on-dev teacher and the MiniLM student (docs/RESULTS_BEST_TEACHER.md), one resumable
+# part at a time, in the order of QUEUE. The teacher of each task is fixed once in COMMITTED/choice.json, from
+# bench/teacher_study.py's `best_on_dev` (dev scores only); the transfer experiments take STSb-1k's. Each run fits
+# its teacher on its own gold train split (or copies it from a finished sibling part on this machine).
+# Parts already committed (perhaps by another machine) are skipped; a stopped part resumes from its last training
+# state on the same machine. A finished part's metrics.json, spec.yaml and host.json are copied into COMMITTED.
+#   make models && bench/reproduce_best_teacher.sh
+#   .venv/bin/augsbert reproduce --collect --runs bench/results/reproduce_best_teacher_runs \
+#       --results docs/RESULTS_BEST_TEACHER.md --json bench/results/reproduce_best_teacher.json
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-.venv/bin/python}"
+RUNS="${RUNS:-runs/reproduce_best_teacher}"
+COMMITTED=bench/results/reproduce_best_teacher_runs
+# "experiment seed part...": an in-domain seed is lexical (BM25, RS) + kde; a transfer seed is one run ("whole")
+QUEUE=(
+    "bws_cross_topic 42 lexical kde"
+    "stsb_1k 43 lexical kde"
+    "bws_cross_topic 43 lexical kde"
+    "stsb_1k 44 lexical kde"
+    "bws_cross_topic 44 lexical kde"
+    "transfer_stsb_bws 42 whole"
+    "transfer_stsb_mrpc 42 whole"
+)
+# every run: labeling and fits at bf16, small shards (little work lost when stopped), the splits of the committed
+# MiniLM-teacher runs (data.duplicates/on_overlap: keep), so both tables compare the same pairs
+COMMON=(labeling.precision=bf16 training.bf16=true labeling.shard_rows=5000 data.duplicates=keep data.on_overlap=keep)
+# mpnet is a base-size model: the learning rate sentence-transformers' examples use for it (as bench/teacher_study.py)
+declare -A TEACHER_SETTINGS=(
+    [ce_minilm]=""
+    [ce_mpnet]="cross_encoder.model=mpnet cross_encoder.learning_rate=2.0e-5"
+    [bi_mpnet]="teacher.kind=bi-encoder teacher.bi_encoder.model=mpnet"
+    [ensemble_mpnet]="teacher.kind=ensemble cross_encoder.model=mpnet cross_encoder.learning_rate=2.0e-5 teacher.bi_encoder.model=mpnet"
+)
+
+chosen_teacher() {  # the task's teacher, fixed in choice.json the first time it is asked for
+    "$PYTHON" - "$1" "$COMMITTED/choice.json" bench/results/teacher_study.json <<'EOF'
+import json, sys
+from pathlib import Path
+task, choice_file, study_file = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+choice = json.loads(choice_file.read_text()) if choice_file.exists() else {}
+if task not in choice:
+    study = json.loads(study_file.read_text()).get(task)
+    if study is None:
+        sys.exit(f"{task}: no teacher study yet; run bench/teacher_study.py --task {task} first")
+    choice[task] = {"teacher": study["best_on_dev"], "chosen_on_seeds": sorted(study["cells"]),
+                    "dev": {f"{name} seed {seed}": scores["dev"] for seed, cell in study["cells"].items()
+                            for name, scores in cell["teachers"].items()}}
+    choice_file.write_text(json.dumps(choice, indent=1) + "\n")
+print(choice[task]["teacher"])
+EOF
+}
+
+for item in "${QUEUE[@]}"; do
+    read -r experiment seed parts <<< "$item"
+    case "$experiment" in transfer_*) task=stsb_1k ;; *) task="$experiment" ;; esac
+    teacher="$(chosen_teacher "$task")"
+    for part in $parts; do
+        if [ "$part" = whole ]; then suffix=""; part_args=(); extra=(training.checkpoint_every=50)
+        else suffix="_$part"; part_args=(--part "$part"); extra=(); fi
+        if [ "$experiment" = transfer_stsb_mrpc ]; then  # the teacher of transfer STSb->BWS: the same STSb fit
+            for model in "$RUNS"/transfer_stsb_bws-full-seed"$seed"-*/models/{cross_encoder,teacher_bi_encoder}; do
+                case "$model" in */cross_encoder) setting=cross_encoder.trained ;; *) setting=teacher.bi_encoder.trained ;; esac
+                [ -d "$model" ] && extra+=("$setting=$PWD/$model")
+            done
+        fi
+        pattern="$experiment-full-seed${seed}$suffix-*"
+        if compgen -G "$COMMITTED/$pattern/metrics.json" > /dev/null; then
+            echo "$experiment seed $seed $part: committed in $COMMITTED, skipped"
+            continue
+        fi
+        echo "$(date '+%F %T') $experiment seed $seed $part, teacher $teacher"
+        # per-part tables go to /tmp: the results page is made from the committed runs only
+        # shellcheck disable=SC2086  # the teacher's settings are words
+        "$PYTHON" -m augsbert_ray.reproduce --only "$experiment" --seeds "$seed" "${part_args[@]}" --runs "$RUNS" \
+            --set ${TEACHER_SETTINGS[$teacher]} "${COMMON[@]}" "${extra[@]}" \
+            --results /tmp/reproduce_best_teacher_part.md --json /tmp/reproduce_best_teacher_part.json
+        for run in $RUNS/$pattern; do
+            [ -f "$run/metrics.json" ] || continue
+            mkdir -p "$COMMITTED/$(basename "$run")"
+            cp "$run"/{metrics.json,spec.yaml,host.json} "$COMMITTED/$(basename "$run")/"
+        done
+    done
+done
