@@ -434,15 +434,11 @@ def reproduce(args: argparse.Namespace, command: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m augsbert_ray.reproduce`` and bench/reproduce.py: the same as `augsbert reproduce`."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    from augsbert_ray.runtime import setup_logging
+    """``python -m augsbert_ray.reproduce`` and bench/reproduce.py: `augsbert reproduce` itself (its options, logging
+    and error messages)."""
+    from augsbert_ray.cli import main as cli_main
 
-    setup_logging()
-    command = " ".join(shlex.quote(part) for part in ["augsbert", "reproduce", *(sys.argv[1:] if argv is None else argv)])
-    return reproduce(args, command)
+    return cli_main(["reproduce", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
