@@ -293,12 +293,13 @@ def write_results(path: Path, results: dict, specs: dict, runs: dict, args: argp
         "# Reproduction of the paper's experiments" + (" (quick version)" if args.quick else ""),
         "",
         f"Command: `{command}` ({seconds / 60:.1f} min; finished runs in `{args.runs}` are reused, not rerun)  ",
-        f"Runs: {sum(len(r['seconds']) for r in runs.values())}, seeds {args.seeds}; their wall times add up to "
+        f"Runs: {sum(len(r['seconds']) for r in runs.values())}, seeds {sorted({seed for r in runs.values() for seed in r['seeds']})}; their wall times add up to "
         f"{sum(sum(r['seconds']) for r in runs.values()) / 60:.1f} min. They ran on: {describe_hosts([h for r in runs.values() for h in r['hosts']])}.  ",
         "Seeds per experiment: " + "; ".join(f"{e} {', '.join(map(str, r['seeds'])) or 'none'}" for e, r in runs.items()) + ".  ",
         *([f"Seeds made as parts (`--part`, see `augsbert reproduce --help`): {'; '.join(parts)}.  "]
           if (parts := [p for r in runs.values() for p in r["parts"]]) else []),
-        "Teacher: " + "; ".join(sorted({describe_teacher(spec) for spec in specs.values()})) + ".  ",
+        "Teacher: " + ("; ".join(f"{experiment}: {describe_teacher(spec)}" for experiment, spec in specs.items())
+                       if len({describe_teacher(spec) for spec in specs.values()}) > 1 else describe_teacher(next(iter(specs.values())))) + ".  ",
         *([f"Other teachers' tables: {', '.join(f'[{page.name}]({page.name})' for page in others)}.  "]
           if (others := sorted(page for page in path.parent.glob("RESULTS*.md") if page.name != path.name)) else []),
         "Backbone of every student: all-MiniLM-L6-v2 (the packaged `minilm`), not the paper's bert-base. Scores x100 on "

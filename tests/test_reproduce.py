@@ -13,9 +13,10 @@ from augsbert_ray import reproduce
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def write_run(run_dir: Path, strategies: list[str], test: dict[str, float], seconds: float) -> None:
+def write_run(run_dir: Path, strategies: list[str], test: dict[str, float], seconds: float, teacher: dict | None = None) -> None:
     run_dir.mkdir(parents=True)
-    (run_dir / "spec.yaml").write_text(yaml.safe_dump({"seed": 43, "sampling": {"strategies": strategies}}))
+    spec = {"seed": 43, "sampling": {"strategies": strategies}, **({"teacher": teacher} if teacher else {})}
+    (run_dir / "spec.yaml").write_text(yaml.safe_dump(spec))
     metrics = {"test": test, "details": {row: {"test": value} for row, value in test.items()},
                "wall_seconds": {"total": seconds}, "reused_fits": {"cross_encoder": 5.0}}
     (run_dir / "metrics.json").write_text(json.dumps(metrics))
@@ -138,15 +139,18 @@ def test_results_page_links_each_tabulated_runs_spec_instead_of_inlining_it(tmp_
               {**whole, "augsbert_ss": 61.5, "augsbert_bm25_ss": 61.7}, 100.0)
     write_run(runs / "bws_in_topic-full-seed43_kde-20261123-210000", ["kde"], {**shared, "sbert": 59.0, "augsbert_kde": 58.0}, 200.0)
     write_run(runs / "bws_in_topic-full-seed44_rest-20261123-220000", ["bm25"], whole, 100.0)  # its kde part never ran
+    write_run(runs / "mrpc-full-seed42-20261123-230000", ["bm25"], whole, 100.0, {"kind": "bi-encoder", "bi_encoder": {"model": "mpnet"}})
     page = tmp_path / "docs" / "RESULTS.md"
     page.parent.mkdir()
-    command = ["reproduce", "--collect", "--only", "bws_in_topic", "--runs", str(runs), "--results", str(page),
+    command = ["reproduce", "--collect", "--only", "bws_in_topic", "mrpc", "--runs", str(runs), "--results", str(page),
                "--json", str(tmp_path / "reproduce.json")]
     assert main(command) == 0
 
     text = page.read_text(encoding="utf-8")
     assert "```yaml" not in text and "<details>" not in text
-    assert "| AugSBERT-BM25 | not run | not run | 62.00 ± 0.00 | not run |" in text  # the tables stay
+    assert "| AugSBERT-BM25 | not run | not run | 62.00 ± 0.00 | 62.00 (1 seed) |" in text  # the tables stay
+    assert "Runs: 3, seeds [42, 43];" in text  # the seeds tabulated, not those asked for
+    assert "Teacher: bws_in_topic: cross-encoder from minilm; mrpc: bi-encoder mpnet fine-tuned on gold." in text
     links = sorted(path for path in linked_files(page) if path.name == "spec.yaml")
     assert links == sorted(run / "spec.yaml" for run in runs.iterdir() if "seed44" not in run.name)
     assert "../runs/bws_in_topic-full-seed43_kde-20261123-210000/spec.yaml" in text  # relative to the page
