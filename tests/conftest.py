@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -23,15 +25,17 @@ def data_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def ray_session(tmp_path_factory: pytest.TempPathFactory):
+def ray_session():
     import ray
 
     from augsbert_ray.runtime import init_ray
 
-    os.environ["RAY_TMPDIR"] = str(tmp_path_factory.mktemp("ray"))
+    # AF_UNIX socket paths must stay under 108 bytes: pytest's temp dirs (per xdist worker, too) are too deep
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     init_ray(num_cpus=2)  # as `augsbert run` starts its embedded Ray
     yield ray
     ray.shutdown()
+    shutil.rmtree(os.environ["RAY_TMPDIR"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

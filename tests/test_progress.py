@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pyarrow as pa
@@ -131,13 +132,14 @@ def test_each_run_logs_to_its_own_run_log(tmp_path: Path, capfd: pytest.CaptureF
 
 
 @pytest.mark.slow
-def test_a_fit_on_ray_prints_each_progress_line_once(tiny_model: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_a_fit_on_ray_prints_each_progress_line_once(tiny_model: Path, tmp_path: Path) -> None:
     """Ray Train copies a worker's print() into its logger, and Hugging Face datasets' hashing printed a bytecode
     listing: the console of a fit in an embedded Ray (as `augsbert run` starts it) shows neither."""
-    env = {**os.environ, "RAY_TMPDIR": str(tmp_path_factory.mktemp("ray")), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    env.pop("RAY_ADDRESS", None)
-    result = subprocess.run([sys.executable, "-c", FIT_IN_A_NEW_RAY, str(tiny_model), str(tmp_path)], env=env,
-                            capture_output=True, text=True, timeout=600)
+    with tempfile.TemporaryDirectory(prefix="ray", dir="/tmp") as ray_tmpdir:  # AF_UNIX socket paths stay short
+        env = {**os.environ, "RAY_TMPDIR": ray_tmpdir, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        env.pop("RAY_ADDRESS", None)
+        result = subprocess.run([sys.executable, "-c", FIT_IN_A_NEW_RAY, str(tiny_model), str(tmp_path)], env=env,
+                                capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     console = (result.stdout + result.stderr).splitlines()
     final = [line for line in console if "fit sbert: step 8/8 (100%)" in line]
