@@ -31,10 +31,8 @@ import argparse
 import json
 import os
 import platform
-import shlex
 import statistics
 import subprocess
-import sys
 import time
 from functools import reduce
 from pathlib import Path
@@ -432,15 +430,3 @@ def reproduce(args: argparse.Namespace, command: str) -> int:
         return 0
     print(Path(args.results).read_text(encoding="utf-8").split("## Hyperparameters")[0])
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m augsbert_ray.reproduce`` and bench/reproduce.py: `augsbert reproduce` itself (its options, logging
-    and error messages)."""
-    from augsbert_ray.cli import main as cli_main
-
-    return cli_main(["reproduce", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,7 +6,7 @@
 
 import sys
 
-from augsbert_ray.reproduce import main
+from augsbert_ray.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["reproduce", *sys.argv[1:]]))

@@ -73,7 +73,7 @@ for item in "${QUEUE[@]}"; do
         echo "$(date '+%F %T') $experiment seed $seed $part, teacher $teacher"
         # per-part tables go to /tmp: the results page is made from the committed runs only
         # shellcheck disable=SC2086  # the teacher's settings are words
-        "$PYTHON" -m augsbert_ray.reproduce --only "$experiment" --seeds "$seed" "${part_args[@]}" --runs "$RUNS" \
+        "$PYTHON" -m augsbert_ray.cli reproduce --only "$experiment" --seeds "$seed" "${part_args[@]}" --runs "$RUNS" \
             --set ${TEACHER_SETTINGS[$teacher]} "${COMMON[@]}" "${extra[@]}" \
             --results /tmp/reproduce_best_teacher_part.md --json /tmp/reproduce_best_teacher_part.json
         for run in $RUNS/$pattern; do

@@ -24,7 +24,7 @@ for item in "${QUEUE[@]}"; do
         fi
         echo "$(date '+%F %T') $experiment seed $seed, $part part"
         # per-part tables go to /tmp: docs/RESULTS.md is made from the committed runs only
-        "$PYTHON" -m augsbert_ray.reproduce --only "$experiment" --seeds "$seed" --part "$part" --runs "$RUNS" \
+        "$PYTHON" -m augsbert_ray.cli reproduce --only "$experiment" --seeds "$seed" --part "$part" --runs "$RUNS" \
             --results /tmp/reproduce_part_RESULTS.md --json /tmp/reproduce_part.json
     done
 done

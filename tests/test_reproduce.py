@@ -124,12 +124,8 @@ def linked_files(page: Path) -> list[Path]:
     return [(page.parent / target).resolve() for target in re.findall(r"\]\(([^)#:]+)\)", page.read_text(encoding="utf-8"))]
 
 
-@pytest.mark.parametrize("entry", ["augsbert reproduce", "python -m augsbert_ray.reproduce"])
-def test_results_page_links_each_tabulated_runs_spec_instead_of_inlining_it(tmp_path: Path, entry: str) -> None:
-    from augsbert_ray.cli import main as cli_main
-
-    def main(command: list[str]) -> int:  # both entry points parse the same options (the module's once lacked -v)
-        return cli_main(command) if entry == "augsbert reproduce" else reproduce.main(command[1:])
+def test_results_page_links_each_tabulated_runs_spec_instead_of_inlining_it(tmp_path: Path) -> None:
+    from augsbert_ray.cli import main
 
     runs = tmp_path / "runs"
     shared = {"jaccard": 40.0, "zero_shot": 45.0, "cross_encoder": 52.0}
