@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The reproduction with the best-on-dev teacher and the MiniLM student (docs/RESULTS_BEST_TEACHER.md), one resumable
-# part at a time, in the order of QUEUE. The teacher of each task is fixed once in COMMITTED/choice.json, from
-# bench/teacher_study.py's `best_on_dev` (dev scores only); the transfer experiments take STSb-1k's. Each run fits
-# its teacher on its own gold train split (or copies it from a finished sibling part on this machine).
-# Parts already committed (perhaps by another machine) are skipped; a stopped part resumes from its last training
-# state on the same machine. A finished part's metrics.json, spec.yaml and host.json are copied into COMMITTED.
+# The teacher study's remaining cells and the reproduction with the best-on-dev teacher and the MiniLM student
+# (docs/RESULTS_BEST_TEACHER.md), one resumable step at a time, in the order of QUEUE. For an in-domain seed, the
+# study cell (bench/teacher_study.py) comes first, and its fitted teachers are given to that seed's parts. The
+# teacher of each task is fixed once in COMMITTED/choice.json, from the study's `best_on_dev` (dev scores only); the
+# transfer experiments take STSb-1k's. A part whose study fits are not on this machine (the cell was committed from
+# another) fits its teacher on its own gold train split, or copies it from a finished sibling part here.
+# Parts already committed (perhaps by another machine) are skipped; a stopped step resumes from its last training
+# state on the same machine. A finished part's metrics.json, spec.yaml and host.json are copied into COMMITTED; the
+# study's cells accumulate in bench/results/teacher_study.json.
 #   make models && bench/reproduce_best_teacher.sh
 #   .venv/bin/augsbert reproduce --collect --runs bench/results/reproduce_best_teacher_runs \
 #       --results docs/RESULTS_BEST_TEACHER.md --json bench/results/reproduce_best_teacher.json
@@ -13,10 +16,11 @@ cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"
 RUNS="${RUNS:-runs/reproduce_best_teacher}"
 COMMITTED=bench/results/reproduce_best_teacher_runs
+STUDY=runs/teacher_study
 # "experiment seed part...": an in-domain seed is lexical (BM25, RS) + kde; a transfer seed is one run ("whole")
 QUEUE=(
-    "bws_cross_topic 42 lexical kde"
     "stsb_1k 43 lexical kde"
+    "bws_cross_topic 42 lexical kde"
     "bws_cross_topic 43 lexical kde"
     "stsb_1k 44 lexical kde"
     "bws_cross_topic 44 lexical kde"
@@ -55,14 +59,25 @@ EOF
 for item in "${QUEUE[@]}"; do
     read -r experiment seed parts <<< "$item"
     case "$experiment" in transfer_*) task=stsb_1k ;; *) task="$experiment" ;; esac
+    if [ "$task" = "$experiment" ]; then  # the study cell (fits at bf16, as the parts'), then its fitted teachers
+        "$PYTHON" bench/teacher_study.py --task "$task" --seeds "$seed" --work "$STUDY" --set training.bf16=true
+    fi
     teacher="$(chosen_teacher "$task")"
+    study_models="$STUDY/$task-seed$seed/models"  # the cell's fits, where they were made on this machine
+    given=()
+    if [[ $teacher =~ ^(ce|ensemble)_mpnet$ && -f $study_models/cross_encoder/model.safetensors ]]; then
+        given+=("cross_encoder.trained=$PWD/$study_models/cross_encoder")
+    fi
+    if [[ $teacher =~ ^(bi|ensemble)_mpnet$ && -f $study_models/teacher_bi_encoder/model.safetensors ]]; then
+        given+=("teacher.bi_encoder.trained=$PWD/$study_models/teacher_bi_encoder")
+    fi
     for part in $parts; do
         if [ "$part" = whole ]; then suffix=""; part_args=(); extra=(training.checkpoint_every=50)
         else suffix="_$part"; part_args=(--part "$part"); extra=(); fi
         if [ "$experiment" = transfer_stsb_mrpc ]; then  # the teacher of transfer STSb->BWS: the same STSb fit
             for model in "$RUNS"/transfer_stsb_bws-full-seed"$seed"-*/models/{cross_encoder,teacher_bi_encoder}; do
                 case "$model" in */cross_encoder) setting=cross_encoder.trained ;; *) setting=teacher.bi_encoder.trained ;; esac
-                [ -d "$model" ] && extra+=("$setting=$PWD/$model")
+                if [ -d "$model" ]; then extra+=("$setting=$PWD/$model"); fi
             done
         fi
         pattern="$experiment-full-seed${seed}$suffix-*"
@@ -74,7 +89,7 @@ for item in "${QUEUE[@]}"; do
         # per-part tables go to /tmp: the results page is made from the committed runs only
         # shellcheck disable=SC2086  # the teacher's settings are words
         "$PYTHON" -m augsbert_ray.cli reproduce --only "$experiment" --seeds "$seed" "${part_args[@]}" --runs "$RUNS" \
-            --set ${TEACHER_SETTINGS[$teacher]} "${COMMON[@]}" "${extra[@]}" \
+            --set ${TEACHER_SETTINGS[$teacher]} "${COMMON[@]}" "${given[@]}" "${extra[@]}" \
             --results /tmp/reproduce_best_teacher_part.md --json /tmp/reproduce_best_teacher_part.json
         for run in $RUNS/$pattern; do
             [ -f "$run/metrics.json" ] || continue
