@@ -287,6 +287,7 @@ def write_results(path: Path, results: dict, specs: dict, runs: dict, args: argp
     headers = {"stsb_1k": "STSb (1k gold), Spearman", "bws_cross_topic": "BWS cross-topic, Spearman",
                "bws_in_topic": "BWS in-topic, Spearman", "mrpc": "MRPC, F1 / AUC(0.05)", "transfer_stsb_bws": "STSb → BWS in-topic, Spearman",
                "transfer_stsb_mrpc": "STSb → MRPC, F1 / AUC(0.05)"}
+    teachers = {experiment: describe_teacher(spec) for experiment, spec in specs.items()}
     lines = [
         "# Reproduction of the paper's experiments" + (" (quick version)" if args.quick else ""),
         "",
@@ -296,8 +297,8 @@ def write_results(path: Path, results: dict, specs: dict, runs: dict, args: argp
         "Seeds per experiment: " + "; ".join(f"{e} {', '.join(map(str, r['seeds'])) or 'none'}" for e, r in runs.items()) + ".  ",
         *([f"Seeds made as parts (`--part`, see `augsbert reproduce --help`): {'; '.join(parts)}.  "]
           if (parts := [p for r in runs.values() for p in r["parts"]]) else []),
-        "Teacher: " + ("; ".join(f"{experiment}: {describe_teacher(spec)}" for experiment, spec in specs.items())
-                       if len({describe_teacher(spec) for spec in specs.values()}) > 1 else describe_teacher(next(iter(specs.values())))) + ".  ",
+        "Teacher: " + ("; ".join(f"{experiment}: {teacher}" for experiment, teacher in teachers.items())
+                       if len(set(teachers.values())) > 1 else next(iter(teachers.values()))) + ".  ",
         *([f"Other teachers' tables: {', '.join(f'[{page.name}]({page.name})' for page in others)}.  "]
           if (others := sorted(page for page in path.parent.glob("RESULTS*.md") if page.name != path.name)) else []),
         "Backbone of every student: all-MiniLM-L6-v2 (the packaged `minilm`), not the paper's bert-base. Scores x100 on "
