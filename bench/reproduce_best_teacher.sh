@@ -27,32 +27,16 @@ QUEUE=(
     "transfer_stsb_bws 42 whole"
     "transfer_stsb_mrpc 42 whole"
 )
-# every run: labeling and fits at bf16, small shards (little work lost when stopped), the splits of the committed
-# MiniLM-teacher runs (data.duplicates/on_overlap: keep), so both tables compare the same pairs
-COMMON=(labeling.precision=bf16 training.bf16=true labeling.shard_rows=5000 data.duplicates=keep data.on_overlap=keep)
-# mpnet is a base-size model: the learning rate sentence-transformers' examples use for it (as bench/teacher_study.py)
-declare -A TEACHER_SETTINGS=(
-    [ce_minilm]=""
-    [ce_mpnet]="cross_encoder.model=mpnet cross_encoder.learning_rate=2.0e-5"
-    [bi_mpnet]="teacher.kind=bi-encoder teacher.bi_encoder.model=mpnet"
-    [ensemble_mpnet]="teacher.kind=ensemble cross_encoder.model=mpnet cross_encoder.learning_rate=2.0e-5 teacher.bi_encoder.model=mpnet"
-)
+# every run: labeling and fits at bf16, small shards (little work lost when stopped)
+COMMON=(labeling.precision=bf16 training.bf16=true labeling.shard_rows=5000)
 
-chosen_teacher() {  # the task's teacher, fixed in choice.json the first time it is asked for
-    "$PYTHON" - "$1" "$COMMITTED/choice.json" bench/results/teacher_study.json <<'EOF'
-import json, sys
+teacher_settings() {  # TASK MODELS: the task's chosen teacher, as bench/teacher_study.py's reproduction_settings
+    "$PYTHON" - "$1" "$2" "$COMMITTED/choice.json" <<'EOF'
+import sys
 from pathlib import Path
-task, choice_file, study_file = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
-choice = json.loads(choice_file.read_text()) if choice_file.exists() else {}
-if task not in choice:
-    study = json.loads(study_file.read_text()).get(task)
-    if study is None:
-        sys.exit(f"{task}: no teacher study yet; run bench/teacher_study.py --task {task} first")
-    choice[task] = {"teacher": study["best_on_dev"], "chosen_on_seeds": sorted(study["cells"]),
-                    "dev": {f"{name} seed {seed}": scores["dev"] for seed, cell in study["cells"].items()
-                            for name, scores in cell["teachers"].items()}}
-    choice_file.write_text(json.dumps(choice, indent=1) + "\n")
-print(choice[task]["teacher"])
+sys.path.insert(0, "bench")
+from teacher_study import reproduction_settings
+print(*reproduction_settings(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])))
 EOF
 }
 
@@ -62,22 +46,14 @@ for item in "${QUEUE[@]}"; do
     if [ "$task" = "$experiment" ]; then  # the study cell (fits at bf16, as the parts'), then its fitted teachers
         "$PYTHON" bench/teacher_study.py --task "$task" --seeds "$seed" --work "$STUDY" --set training.bf16=true
     fi
-    teacher="$(chosen_teacher "$task")"
-    study_models="$STUDY/$task-seed$seed/models"  # the cell's fits, where they were made on this machine
-    given=()
-    if [[ $teacher =~ ^(ce|ensemble)_mpnet$ && -f $study_models/cross_encoder/model.safetensors ]]; then
-        given+=("cross_encoder.trained=$PWD/$study_models/cross_encoder")
-    fi
-    if [[ $teacher =~ ^(bi|ensemble)_mpnet$ && -f $study_models/teacher_bi_encoder/model.safetensors ]]; then
-        given+=("teacher.bi_encoder.trained=$PWD/$study_models/teacher_bi_encoder")
-    fi
+    # given the study cell's fits where they were made on this machine (a transfer fits its own on all of STSb)
+    read -ra settings <<< "$(teacher_settings "$task" "$STUDY/$experiment-seed$seed/models")"
     for part in $parts; do
         if [ "$part" = whole ]; then suffix=""; part_args=(); extra=(training.checkpoint_every=50)
         else suffix="_$part"; part_args=(--part "$part"); extra=(); fi
         if [ "$experiment" = transfer_stsb_mrpc ]; then  # the teacher of transfer STSb->BWS: the same STSb fit
-            for model in "$RUNS"/transfer_stsb_bws-full-seed"$seed"-*/models/{cross_encoder,teacher_bi_encoder}; do
-                case "$model" in */cross_encoder) setting=cross_encoder.trained ;; *) setting=teacher.bi_encoder.trained ;; esac
-                if [ -d "$model" ]; then extra+=("$setting=$PWD/$model"); fi
+            for models in "$RUNS"/transfer_stsb_bws-full-seed"$seed"-*/models; do
+                read -ra settings <<< "$(teacher_settings "$task" "$models")"
             done
         fi
         pattern="$experiment-full-seed${seed}$suffix-*"
@@ -85,11 +61,10 @@ for item in "${QUEUE[@]}"; do
             echo "$experiment seed $seed $part: committed in $COMMITTED, skipped"
             continue
         fi
-        echo "$(date '+%F %T') $experiment seed $seed $part, teacher $teacher"
+        echo "$(date '+%F %T') $experiment seed $seed $part: ${settings[*]}"
         # per-part tables go to /tmp: the results page is made from the committed runs only
-        # shellcheck disable=SC2086  # the teacher's settings are words
         "$PYTHON" -m augsbert_ray.cli reproduce --only "$experiment" --seeds "$seed" "${part_args[@]}" --runs "$RUNS" \
-            --set ${TEACHER_SETTINGS[$teacher]} "${COMMON[@]}" "${given[@]}" "${extra[@]}" \
+            --set "${settings[@]}" "${COMMON[@]}" "${extra[@]}" \
             --results /tmp/reproduce_best_teacher_part.md --json /tmp/reproduce_best_teacher_part.json
         for run in $RUNS/$pattern; do
             [ -f "$run/metrics.json" ] || continue

@@ -34,6 +34,7 @@ from augsbert_ray.evaluation import evaluate_on_ray
 from augsbert_ray.files import atomic_write_text
 from augsbert_ray.labeling import TEACHER_FILE, LabelJob, Teacher, TeacherMember, label_dataset
 from augsbert_ray.models import resolve_model
+from augsbert_ray.reproduce import TEACHER_MODELS
 from augsbert_ray.stages import RunContext, calibrate_teacher, read_gold, train_teacher, train_teacher_bi_encoder
 from augsbert_ray.runtime import init_ray, log, setup_logging
 from augsbert_ray.sampling import SentencePool, candidate_table
@@ -46,8 +47,13 @@ TASKS = {
     "mrpc": "jobs/mrpc_indomain.yaml",
 }
 # mpnet is a base-size model: the learning rate sentence-transformers' examples use for it (the MiniLM jobs use 1e-4).
-MPNET_TEACHERS = ["teacher.kind=ensemble", "cross_encoder.model=mpnet", "cross_encoder.learning_rate=2.0e-5",
-                  "teacher.bi_encoder.model=mpnet"]
+MPNET_CROSS_ENCODER = ["cross_encoder.model=mpnet", "cross_encoder.learning_rate=2.0e-5"]
+MPNET_TEACHERS = ["teacher.kind=ensemble", *MPNET_CROSS_ENCODER, "teacher.bi_encoder.model=mpnet"]
+# Each compared teacher as a run's settings, and the fitted models it is made of (for bench/reproduce_best_teacher.sh)
+TEACHER_SETTINGS = {"ce_minilm": [], "ce_mpnet": MPNET_CROSS_ENCODER,
+                    "bi_mpnet": ["teacher.kind=bi-encoder", "teacher.bi_encoder.model=mpnet"], "ensemble_mpnet": MPNET_TEACHERS}
+TEACHER_MODEL_DIRS = {"ce_minilm": [], "ce_mpnet": ["cross_encoder"], "bi_mpnet": ["teacher_bi_encoder"],
+                      "ensemble_mpnet": ["cross_encoder", "teacher_bi_encoder"]}
 # An mpnet cross-encoder fit takes hours on 2 CPU cores: a stopped study goes on from its last training state.
 CHECKPOINTS = ["training.checkpoint_every=50"]
 # The gold splits of the committed reproduction runs, made before repeats and train/dev/test overlaps were dropped:
@@ -141,6 +147,29 @@ def labeling_speed(teacher: Teacher, gold_train: pa.Table, work: Path, seed: int
 def best_on_dev(cells: dict[str, Any]) -> str:
     names = next(iter(cells.values()))["teachers"]
     return max(names, key=lambda name: np.mean([cell["teachers"][name]["dev"] for cell in cells.values()]))
+
+
+def reproduction_settings(task: str, models: Path, choice_file: Path, results: Path = RESULTS) -> list[str]:
+    """The `augsbert reproduce --set` words of a run with ``task``'s best-on-dev teacher (fixed in ``choice_file`` the
+    first time it is asked for), on the study's gold splits, given that teacher's fitted models where ``models``
+    holds them.
+
+    Example:
+        reproduction_settings("stsb_1k", Path("runs/teacher_study/stsb_1k-seed43/models"), Path("choice.json"))
+    """
+    choice = json.loads(choice_file.read_text(encoding="utf-8")) if choice_file.exists() else {}
+    if task not in choice:
+        study = json.loads(results.read_text(encoding="utf-8")).get(task)
+        if study is None:
+            raise SystemExit(f"{task}: no teacher study yet; run bench/teacher_study.py --task {task} first")
+        choice[task] = {"teacher": study["best_on_dev"], "chosen_on_seeds": sorted(study["cells"]),
+                        "dev": {f"{name} seed {seed}": scores["dev"] for seed, cell in study["cells"].items()
+                                for name, scores in cell["teachers"].items()}}
+        atomic_write_text(choice_file, json.dumps(choice, indent=1) + "\n")
+    teacher = choice[task]["teacher"]
+    given = [f"{TEACHER_MODELS[name]}={(models / name).resolve()}" for name in TEACHER_MODEL_DIRS[teacher]
+             if (models / name / "model.safetensors").is_file()]
+    return [*TEACHER_SETTINGS[teacher], *AS_REPRODUCED, *given]
 
 
 def main() -> None:
