@@ -55,6 +55,24 @@ def test_scores_equal_a_direct_model_call(runtime: str, ray_session, tiny_cross_
     assert (tmp_path / "silver" / "_onnx").is_dir() == (runtime == "auto")
 
 
+def test_a_shard_may_take_longer_than_ray_datas_no_progress_timeout(
+    ray_session, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    """A pool's first output comes when its first shard is labeled (a slow teacher: tens of minutes); Ray Data's
+    guard against executions without progress, here 1 s, must not stop it."""
+    import ray.data
+
+    pq.write_table(pair_table(stsb_pairs(data_dir, 150)), tmp_path / "pairs.parquet")
+    context = ray.data.DataContext.get_current()
+    default, context.execution_no_progress_timeout_s = context.execution_no_progress_timeout_s, 1
+    try:
+        result = label_files(str(tmp_path / "pairs.parquet"), tmp_path / "silver",
+                             LabelJob(Teacher.cross_encoder(str(tiny_cross_encoder)), LabelingSpec(shard_rows=150)))
+    finally:
+        context.execution_no_progress_timeout_s = default
+    assert result.labeled == 150
+
+
 def test_counts_add_up_with_rejects_and_truncation(ray_session, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path) -> None:
     pairs: list = list(stsb_pairs(data_dir, 200))
     pairs[3] = ("", pairs[3][1])

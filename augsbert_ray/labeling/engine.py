@@ -307,7 +307,7 @@ def _pipeline(pending: list[Shard], output: Path, job: LabelJob, calibration: li
     spec = job.spec
     ray.data.DataContext.get_current().enable_progress_bars = False  # the driver logs one line per shard instead
     names = ray.data.from_items([{"shard": shard.name} for shard in pending], override_num_blocks=len(pending))
-    return names.map_batches(
+    labeled = names.map_batches(
         ShardLabeler,
         fn_constructor_kwargs=_labeler_settings(pending, output, job, calibration),
         batch_size=1,
@@ -316,3 +316,7 @@ def _pipeline(pending: list[Shard], output: Path, job: LabelJob, calibration: li
         num_cpus=spec.cpus_per_actor,
         num_gpus=spec.gpus_per_actor,
     )
+    # No output comes until a whole shard is labeled: 50,000 pairs take an mpnet teacher on CPU (~30 pairs/s) longer
+    # than Ray Data's 30 minutes without progress, as may a pool's wait for GPUs. A failed actor still fails the job.
+    labeled.context.execution_no_progress_timeout_s = -1
+    return labeled
