@@ -18,14 +18,25 @@ RUNS="${RUNS:-runs/reproduce_best_teacher}"
 COMMITTED=bench/results/reproduce_best_teacher_runs
 STUDY=runs/teacher_study
 # "experiment seed part...": an in-domain seed is lexical (BM25, RS) + kde; a transfer seed is one run ("whole")
+# first each experiment's seed 42 (a new column of the results page each), then the other seeds
 QUEUE=(
     "stsb_1k 43 lexical kde"
     "bws_cross_topic 42 lexical kde"
+    "bws_in_topic 42 lexical kde"
+    "mrpc 42 lexical kde"
+    "transfer_stsb_bws 42 whole"
+    "transfer_stsb_mrpc 42 whole"
     "bws_cross_topic 43 lexical kde"
     "stsb_1k 44 lexical kde"
     "bws_cross_topic 44 lexical kde"
-    "transfer_stsb_bws 42 whole"
-    "transfer_stsb_mrpc 42 whole"
+    "bws_in_topic 43 lexical kde"
+    "mrpc 43 lexical kde"
+    "transfer_stsb_bws 43 whole"
+    "transfer_stsb_mrpc 43 whole"
+    "bws_in_topic 44 lexical kde"
+    "mrpc 44 lexical kde"
+    "transfer_stsb_bws 44 whole"
+    "transfer_stsb_mrpc 44 whole"
 )
 # every run: labeling and fits at bf16, small shards (little work lost when stopped)
 COMMON=(labeling.precision=bf16 training.bf16=true labeling.shard_rows=5000)
