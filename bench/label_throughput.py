@@ -1,8 +1,8 @@
 """Labeling throughput, side by side in one process, and peak memory of `augsbert label` at two sizes.
 
 (a) sentence-transformers CrossEncoder.predict, batch 64 (the reference), and sentence-transformers' own ONNX
-    backend (CrossEncoder(backend="onnx") and its dynamic int8 export) where it loads; where it cannot (it needs
-    the optional optimum-onnx), the output says why
+    backend (CrossEncoder(backend="onnx") and its dynamic int8 export), which needs an older sentence-transformers:
+    it runs in .venv-st-onnx, made on first use (bench/st_onnx_reference.py); where it cannot, the output says why
 (b) the labeling engine at fp32 (runtime auto: ONNX Runtime on CPU)   (c) the engine at int8 (ONNX Runtime)
 and, for comparison, the engine at fp32 on torch (`--runtime torch`) and at bf16 (bf16 weights on torch,
 fast where the CPU has bf16 instructions: AVX512-BF16 or AMX)
@@ -59,6 +59,10 @@ from augsbert_ray.stages import Fit, RunContext, read_gold, train_cross_encoder 
 STSB_1K = ROOT / "jobs" / "stsb_indomain_all_strategies.yaml"
 THREADS = 2  # this machine's cores; the reference uses torch's default (all cores), the actor reserves both
 RAY_WORKER_NICENESS = 15  # what os.nice(0) reads inside a Ray worker (RAY_worker_niceness)
+# sentence-transformers' ONNX backend needs optimum-onnx, whose only release (0.1.0) requires transformers < 4.58,
+# while this project's sentence-transformers 6.2 requires transformers >= 5: the newest that loads it, in a venv of its own
+ST_ONNX_VENV = ROOT / ".venv-st-onnx"
+ST_ONNX_REQUIREMENTS = ["sentence-transformers[onnx]==5.7.0", "transformers==4.57.6", "optimum-onnx[onnxruntime]==0.1.0"]
 
 
 def stsb_sentences(data_dir: Path) -> list[str]:
@@ -150,29 +154,38 @@ def transformer_flops(config, tokens: int, tokens_sq: int) -> float:
     return layers * (2 * (4 * d * d + 2 * d * ff) * tokens + 4 * d * tokens_sq)
 
 
-def sentence_transformers_onnx(model_dir: Path, pairs: list[tuple[str, str]], work: Path) -> dict:
-    """sentence-transformers' ONNX backend at fp32 and its dynamic int8 export: seconds and scores of each, or
-    ``{"unavailable": reason}`` when it cannot load (sentence-transformers[onnx], i.e. optimum-onnx, is not
-    installed, or does not work with the installed transformers)."""
-    from sentence_transformers import CrossEncoder
+def st_onnx_python(venv: Path = ST_ONNX_VENV) -> Path:
+    """The python of a venv where sentence-transformers' ONNX backend loads, made on first use (about a minute):
+    this venv's torch, ONNX Runtime (the engine's kernels) and pyarrow, with ST_ONNX_REQUIREMENTS."""
+    from importlib.metadata import version
 
+    python = venv / "bin" / "python"
+    pins = [f"{package}=={version(package)}" for package in ("torch", "onnxruntime", "pyarrow")]
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", pins[0]], check=True)  # as the Makefile: its CPU wheel
+    uv = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
+    subprocess.run([uv, "pip", "install", "-q", "--compile-bytecode", "--python", str(python), *pins, *ST_ONNX_REQUIREMENTS], check=True)
+    return python
+
+
+def sentence_transformers_onnx(model_dir: Path, pairs_file: Path, work: Path) -> dict:
+    """sentence-transformers' ONNX backend at fp32 and its dynamic int8 export, in its own venv
+    (bench/st_onnx_reference.py): seconds and scores of each, or ``{"unavailable": reason}`` when that venv cannot be
+    made or the backend fails."""
     own_dir = work / "st_onnx"  # the export writes onnx/ into the model's folder: a copy, not the engine's input
-    shutil.copytree(model_dir, own_dir)
+    shutil.copytree(model_dir, own_dir, ignore=shutil.ignore_patterns("onnx"))
+    out = work / "st_onnx.npz"
     try:
-        model = CrossEncoder(str(own_dir), backend="onnx")
-        from sentence_transformers.backend import export_dynamic_quantized_onnx_model
-
-        export_dynamic_quantized_onnx_model(model, "avx2", str(own_dir))
-        int8_model = CrossEncoder(str(own_dir), backend="onnx", model_kwargs={"file_name": "onnx/model_qint8_avx2.onnx"})
-    except Exception as exc:  # noqa: BLE001 - any failure to load is the figure to report
-        return {"unavailable": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
-    measured = {}
-    for name, loaded in (("st_onnx_fp32", model), ("st_onnx_int8", int8_model)):
-        loaded.predict(pairs[:64], batch_size=64, show_progress_bar=False)
-        start = time.perf_counter()
-        scores = loaded.predict(pairs, batch_size=64, show_progress_bar=False)
-        measured[name] = (time.perf_counter() - start, np.asarray(scores))
-    return measured
+        python = st_onnx_python()
+        subprocess.run([str(python), str(ROOT / "bench" / "st_onnx_reference.py"), str(own_dir), str(pairs_file), str(out)],
+                       check=True, capture_output=True, text=True)
+    except subprocess.CalledProcessError as exc:
+        return {"unavailable": f"{exc.cmd[0]} exited {exc.returncode}: {(exc.stderr or '').strip().splitlines()[-1:]}"}
+    except OSError as exc:
+        return {"unavailable": f"{type(exc).__name__}: {exc}"}
+    measured = np.load(out)
+    return {name: (float(measured[f"{name}_seconds"]), measured[f"{name}_scores"]) for name in ("st_onnx_fp32", "st_onnx_int8")}
 
 
 def engine_run(model: str, input_file: Path, output: Path, spec: LabelingSpec) -> tuple[float, dict]:
@@ -275,7 +288,7 @@ def main() -> None:
     reference = reference_model.predict(pairs, batch_size=64, show_progress_bar=False)
     seconds = {"reference": time.perf_counter() - start}
     del reference_model
-    st_onnx = sentence_transformers_onnx(model_dir, pairs, work)
+    st_onnx = sentence_transformers_onnx(model_dir, pairs_file, work)
     seconds.update({name: measured[0] for name, measured in st_onnx.items() if name != "unavailable"})
 
     seconds["fp32"], totals = engine_run(str(model_dir), pairs_file, work / "fp32", cpu_spec("fp32"))
@@ -315,8 +328,11 @@ def main() -> None:
         "useful_gflops_fp32": round(flops / seconds["fp32"] / 1e9, 1),
         "padding_overhead_fp32": round(totals["padded_tokens"] / totals["tokens"] - 1, 4),
         **({"st_onnx_unavailable": st_onnx["unavailable"]} if "unavailable" in st_onnx else {
+            "st_onnx_requirements": ST_ONNX_REQUIREMENTS,
             "ratio_fp32_vs_st_onnx_fp32": round(rate["fp32"] / rate["st_onnx_fp32"], 3),
+            "ratio_int8_vs_st_onnx_int8": round(rate["int8"] / rate["st_onnx_int8"], 3),
             "max_abs_diff_st_onnx_fp32": float(np.max(np.abs(st_onnx["st_onnx_fp32"][1] - reference))),
+            "max_abs_diff_fp32_vs_st_onnx_fp32": float(np.max(np.abs(fp32 - st_onnx["st_onnx_fp32"][1]))),
             "spearman_st_onnx_int8": round(float(spearmanr(st_onnx["st_onnx_int8"][1], reference)[0]), 5),
         }),
         "load_average_1min": [round(load_before, 2), round(load_after, 2)],
