@@ -17,7 +17,7 @@ $(BIN)/python:
 # this machine's disk; uv installs the rest (the same versions as pip, in 17 s instead of 82 s) and keeps that torch.
 # --compile-bytecode: uv, unlike pip, leaves the .pyc files out, and where PYTHONDONTWRITEBYTECODE is set every
 # process (each Ray worker, actor and fit) would compile sentence-transformers, transformers and sklearn again.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+$(VENV)/.installed: pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/pip install torch==2.13.0 uv
 	$(BIN)/uv pip install --compile-bytecode --python $(BIN)/python -e ".[cpu,test]"
 	touch $@
