@@ -155,7 +155,7 @@ def transformer_flops(config, tokens: int, tokens_sq: int) -> float:
 
 
 def st_onnx_python(venv: Path = ST_ONNX_VENV) -> Path:
-    """The python of a venv where sentence-transformers' ONNX backend loads, made on first use (about a minute):
+    """The python of a venv where sentence-transformers' ONNX backend loads, made on first use (about 40 s):
     this venv's torch, ONNX Runtime (the engine's kernels) and pyarrow, with ST_ONNX_REQUIREMENTS."""
     from importlib.metadata import version
 
