@@ -13,7 +13,8 @@ the same BM25 candidates with each teacher through the labeling engine, for the 
 
 Fits are kept under --work (default runs/teacher_study/<task>-seed<seed>) and reused on a rerun (progress.json),
 so a stopped study continues where it stopped. Results accumulate in bench/results/teacher_study.json;
-the best teacher per task is chosen on dev only.
+the best teacher per task is chosen on dev only. On a GPU machine, bench/teacher_study_lanes.sh runs several cells
+at once, and --merge adds their results files to this one.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import ray
+import torch
 
 from augsbert_ray.config import JobSpec, LabelingSpec, SamplingSpec, load_spec
 from augsbert_ray.evaluation import evaluate_on_ray
@@ -35,7 +37,7 @@ from augsbert_ray.files import atomic_write_text
 from augsbert_ray.labeling import TEACHER_FILE, LabelJob, Teacher, TeacherMember, label_dataset
 from augsbert_ray.models import resolve_model
 from augsbert_ray.reproduce import TEACHER_MODELS
-from augsbert_ray.stages import RunContext, calibrate_teacher, read_gold, train_teacher, train_teacher_bi_encoder
+from augsbert_ray.stages import Gold, RunContext, calibrate_teacher, read_gold, train_teacher, train_teacher_bi_encoder
 from augsbert_ray.runtime import init_ray, log, setup_logging
 from augsbert_ray.sampling import SentencePool, candidate_table
 
@@ -79,17 +81,20 @@ def study_spec(task: str, seed: int, work: Path, gpu: bool, extra: list[str]) ->
     return load_spec(ROOT / TASKS[task], overrides)
 
 
-def fit_and_score(
-    task: str, seed: int, work: Path, data_dir: str | None, gpu: bool, extra: list[str]
-) -> tuple[dict[str, Any], Teacher, pa.Table]:
-    """The mpnet teachers of one (task, seed), fitted (or reused) and scored on dev and test."""
+def open_cell(task: str, seed: int, work: Path, data_dir: str | None, gpu: bool, extra: list[str]) -> tuple[RunContext, Gold]:
+    """The run context of one (task, seed) under ``work`` and its gold splits, as that seed's `augsbert run` draws them."""
     spec = study_spec(task, seed, work, gpu, extra)
     run_dir = work / f"{task}-seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     ctx = RunContext.open(spec, run_dir)
-    read = read_gold(ctx, data_dir)
-    gold = read.splits
-    models = run_dir / "models"
+    return ctx, read_gold(ctx, data_dir)
+
+
+def fit_and_score(task: str, seed: int, work: Path, data_dir: str | None, gpu: bool, extra: list[str]) -> dict[str, Any]:
+    """The mpnet teachers of one (task, seed), fitted (or reused) and scored on dev and test."""
+    ctx, read = open_cell(task, seed, work, data_dir, gpu, extra)
+    spec, gold = ctx.spec, read.splits
+    models = work / f"{task}-seed{seed}" / "models"
     # the bi-encoder first: its fit is the shorter, and its scores tell early whether mpnet beats SBERT
     train_teacher_bi_encoder(ctx, read)
     cpus = int(ray.cluster_resources()["CPU"])  # alone on the machine: every CPU
@@ -112,23 +117,27 @@ def fit_and_score(
         },
         "sbert_minilm": reproduction_row(task, seed, "sbert"),
         "gold_train": gold.train.num_rows,
-        "settings": {"bf16": spec.training.bf16, "gpu": gpu, "set": extra},  # how the fits ran
+        # how the fits ran
+        "settings": {"bf16": spec.training.bf16, "gpu": torch.cuda.get_device_name() if gpu else False, "set": extra},
     }
-    return cell, teacher, gold.train
+    return cell
 
 
-def labeling_speed(teacher: Teacher, gold_train: pa.Table, work: Path, seed: int) -> dict[str, dict[str, float]]:
+def labeling_speed(gold_train: pa.Table, work: Path, seed: int) -> dict[str, dict[str, float]]:
     """Seconds and pairs/s of labeling the same BM25 candidates with each teacher: the whole engine call (Ray's
-    actor start, model load and ONNX export included), and inside the actor's shard (read, tokenize, score, write)."""
+    actor start, model load and ONNX export included), and inside the actor's shard (read, tokenize, score, write).
+    The teachers are made of the untrained backbones (a fresh cross-encoder head, arbitrary ensemble maps): their
+    speed is a fitted teacher's, so it is measured apart from the fits, on the machine that runs this."""
     pool = SentencePool.from_pairs(gold_train)
     candidates = candidate_table("bm25", pool, np.zeros(0, dtype=np.int64), SamplingSpec(top_k=3), seed)
     candidates = candidates.slice(0, min(THROUGHPUT_PAIRS, candidates.num_rows))
-    cross_encoder, bi_encoder = teacher.members
+    mpnet = resolve_model("mpnet")
+    cross_encoder, bi_encoder = TeacherMember("cross_encoder", mpnet, 4.0, 0.5), TeacherMember("bi_encoder", mpnet, 3.0, -0.5)
     teachers = {
-        "ce_minilm": Teacher.cross_encoder(resolve_model("minilm")),  # a fresh head: the same speed as a trained one
-        "ce_mpnet": Teacher((cross_encoder,)),
-        "bi_mpnet": Teacher((TeacherMember("bi_encoder", bi_encoder.model),)),
-        "ensemble_mpnet": teacher,
+        "ce_minilm": Teacher.cross_encoder(resolve_model("minilm")),
+        "ce_mpnet": Teacher.cross_encoder(mpnet),
+        "bi_mpnet": Teacher((bi_encoder,)),
+        "ensemble_mpnet": Teacher((cross_encoder, bi_encoder)),
     }
     speed = {}
     for name, scorer in teachers.items():
@@ -172,6 +181,17 @@ def reproduction_settings(task: str, models: Path, choice_file: Path, results: P
     return [*TEACHER_SETTINGS[teacher], *AS_REPRODUCED, *given]
 
 
+def merge_cells(results: dict[str, Any], files: list[Path]) -> None:
+    """Adds the cells of other results files to ``results`` (a cell already there is kept) and re-picks the best."""
+    for file in files:
+        for task, other in json.loads(file.read_text(encoding="utf-8")).items():
+            entry = results.setdefault(task, {"cells": {}})
+            for seed, cell in other["cells"].items():
+                entry["cells"].setdefault(seed, cell)
+            entry["best_on_dev"] = best_on_dev(entry["cells"])
+            log.info("%s: cells %s from %s", task, sorted(other["cells"]), file)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", nargs="+", choices=list(TASKS), default=list(TASKS))
@@ -181,25 +201,38 @@ def main() -> None:
     parser.add_argument("--gpu", action="store_true", help="fits and evaluation on the GPU")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="job spec override (e.g. a smoke test)")
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--labeling-speed", action=argparse.BooleanOptionalAction, default=True,
+                        help="label 2,000 BM25 candidates with each teacher once per task, for the time and pairs/s "
+                             "(--no-labeling-speed: on a machine whose speed is not the one to report)")
+    parser.add_argument("--merge", type=Path, nargs="+", default=[], metavar="JSON",
+                        help="only merge the cells of these results files (e.g. a GPU machine's) into --results")
     args = parser.parse_args()
     setup_logging()
+    results = json.loads(args.results.read_text(encoding="utf-8")) if args.results.exists() else {}
+    if args.merge:
+        merge_cells(results, args.merge)
+        atomic_write_text(args.results, json.dumps(results, indent=1))
+        return
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     init_ray()
-    results = json.loads(args.results.read_text(encoding="utf-8")) if args.results.exists() else {}
+    work = args.work.resolve()
     for task in args.task:
         entry = results.setdefault(task, {"cells": {}})
         for seed in args.seeds:
             if str(seed) in entry["cells"]:
                 log.info("%s seed %d: in %s already", task, seed, args.results)
                 continue
-            cell, teacher, gold_train = fit_and_score(task, seed, args.work.resolve(), args.data_dir, args.gpu, args.set)
-            if "labeling_speed" not in entry:
-                entry["labeling_speed"] = labeling_speed(teacher, gold_train, args.work.resolve() / f"{task}-seed{seed}", seed)
-                entry["labeling_host"] = {"cpus": ray.cluster_resources().get("CPU"), "gpus": ray.cluster_resources().get("GPU", 0)}
-            entry["cells"][str(seed)] = cell
+            entry["cells"][str(seed)] = cell = fit_and_score(task, seed, work, args.data_dir, args.gpu, args.set)
             entry["best_on_dev"] = best_on_dev(entry["cells"])
             atomic_write_text(args.results, json.dumps(results, indent=1))
             log.info("%s seed %d: %s", task, seed, json.dumps(cell["teachers"]))
+        if args.labeling_speed and "labeling_speed" not in entry:
+            seed = args.seeds[0]
+            gold = open_cell(task, seed, work, args.data_dir, args.gpu, args.set)[1].splits
+            entry["labeling_speed"] = labeling_speed(gold.train, work / f"{task}-seed{seed}", seed)
+            entry["labeling_host"] = {"cpus": ray.cluster_resources().get("CPU"), "gpus": ray.cluster_resources().get("GPU", 0)}
+            atomic_write_text(args.results, json.dumps(results, indent=1))
+
 
 
 if __name__ == "__main__":

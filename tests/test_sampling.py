@@ -1,3 +1,8 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -86,6 +91,27 @@ def test_random_pools_are_sized_by_bm25_whether_or_not_it_runs(gold) -> None:
     assert random_pool_sizes(sampling, pool, excluded, None) == {"random": bm25_count, "kde": 10 * bm25_count}
     asked = SamplingSpec(random_pairs=700, kde_pool=900)
     assert random_pool_sizes(asked, pool, excluded, None) == {"random": 700, "kde": 900}
+
+
+# A stand-in for jax: bm25s runs jax.lax.top_k when it is imported, and this records the platform jax would use then.
+FAKE_JAX = {
+    "jax/__init__.py": "",
+    "jax/lax.py": "import os\nprint('jax platforms at bm25s import:', os.environ.get('JAX_PLATFORMS'))\n"
+                  "def top_k(scores, k):\n    return scores[:k], list(range(k))\n",
+}
+
+
+@pytest.mark.parametrize("user_setting, seen", [(None, "cpu"), ("cuda", "cuda")])
+def test_bm25s_import_keeps_jax_off_the_gpu_unless_the_user_chose(tmp_path: Path, user_setting: str | None, seen: str) -> None:
+    for name, text in FAKE_JAX.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    env = {key: value for key, value in os.environ.items() if key != "JAX_PLATFORMS"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+    if user_setting:
+        env["JAX_PLATFORMS"] = user_setting
+    result = subprocess.run([sys.executable, "-c", "import augsbert_ray.sampling.bm25"], env=env, capture_output=True, text=True, check=True)
+    assert f"jax platforms at bm25s import: {seen}" in result.stdout
 
 
 def test_bm25_keeps_top_k_per_query() -> None:

@@ -9,10 +9,17 @@ ranked by sentence id, so that the shard layout does not decide between them.
 
 from __future__ import annotations
 
-import bm25s
-import numpy as np
-import ray
-import scipy.sparse as sp
+import os
+
+# Where jax is installed, importing bm25s runs a jax op (bm25s.selection); on a GPU machine jax would then take 75%
+# of the GPU's memory in this process, and the fits and labeling actors sharing the GPU run out of it (seen on an
+# H200). bm25s here retrieves with numba, so jax may as well stay on the CPU, unless the user chose otherwise.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import bm25s  # noqa: E402
+import numpy as np  # noqa: E402
+import ray  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
 from bm25s.scoring import _build_idf_array, _build_scores_and_indices_for_matrix, _calculate_doc_freqs, _select_idf_scorer
 
 from augsbert_ray.sampling.neighbours import check_top_k, merge_ranked, search_depth, top_k_pairs
