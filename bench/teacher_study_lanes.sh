@@ -7,9 +7,9 @@
 # Usage: bench/teacher_study_lanes.sh OUTDIR "TASK:SEED TASK:SEED" "TASK:SEED" ... [-- teacher_study.py arguments]
 #   bench/teacher_study_lanes.sh /tmp/lanes "bws_in_topic:42 bws_in_topic:43" "mrpc:42" -- --gpu --no-labeling-speed
 set -euo pipefail
+out="$(realpath -m "$1")"; shift
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"
-out="$1"; shift
 lanes=()
 while [ $# -gt 0 ] && [ "$1" != -- ]; do lanes+=("$1"); shift; done
 [ $# -gt 0 ] && shift  # the rest goes to every teacher_study.py
