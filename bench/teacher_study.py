@@ -94,7 +94,7 @@ def fit_and_score(task: str, seed: int, work: Path, data_dir: str | None, gpu: b
     """The mpnet teachers of one (task, seed), fitted (or reused) and scored on dev and test."""
     ctx, read = open_cell(task, seed, work, data_dir, gpu, extra)
     spec, gold = ctx.spec, read.splits
-    models = work / f"{task}-seed{seed}" / "models"
+    models = ctx.layout.models
     # the bi-encoder first: its fit is the shorter, and its scores tell early whether mpnet beats SBERT
     train_teacher_bi_encoder(ctx, read)
     cpus = int(ray.cluster_resources()["CPU"])  # alone on the machine: every CPU
