@@ -182,12 +182,15 @@ def reproduction_settings(task: str, models: Path, choice_file: Path, results: P
 
 
 def merge_cells(results: dict[str, Any], files: list[Path]) -> None:
-    """Adds the cells of other results files to ``results`` (a cell already there is kept) and re-picks the best."""
+    """Adds the cells of other results files to ``results``, and their labeling speed where ``results`` has none for
+    the task (what is already there is kept), and re-picks the best."""
     for file in files:
         for task, other in json.loads(file.read_text(encoding="utf-8")).items():
             entry = results.setdefault(task, {"cells": {}})
             for seed, cell in other["cells"].items():
                 entry["cells"].setdefault(seed, cell)
+            if "labeling_speed" in other and "labeling_speed" not in entry:
+                entry["labeling_speed"], entry["labeling_host"] = other["labeling_speed"], other["labeling_host"]
             entry["best_on_dev"] = best_on_dev(entry["cells"])
             log.info("%s: cells %s from %s", task, sorted(other["cells"]), file)
 
