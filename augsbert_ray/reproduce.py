@@ -250,7 +250,7 @@ def describe_teacher(spec: dict) -> str:
 
 def deltas(results: dict, specs: dict) -> list[str]:
     """The paper's effects, as measured, against the targets: AugSBERT-BM25 - SBERT >= +1.5 on STSb and both BWS
-    splits, RS no better than BM25, transfer STSb -> BWS AugSBERT - SBERT-source >= +5; and the teacher's: better than
+    splits and >= 0 on MRPC, RS no better than BM25, transfer STSb -> BWS AugSBERT - SBERT-source >= +5; and the teacher's: better than
     SBERT, and on STSb-1k AugSBERT-BM25 at least 97% of the teacher on test."""
     lines = []
     for experiment in IN_DOMAIN:
@@ -265,8 +265,7 @@ def deltas(results: dict, specs: dict) -> list[str]:
         if "augsbert_bm25" in rows and "sbert" in rows:
             gain = rows["augsbert_bm25"]["mean"] - rows["sbert"]["mean"]
             rs_over_bm25 = rows["augsbert_rs"]["mean"] - rows["augsbert_bm25"]["mean"]
-            lines.append(f"- {experiment}: AugSBERT-BM25 - SBERT = {gain:+.2f}"
-                         + ("" if experiment == "mrpc" else f" ({verdict(gain, 1.5)})")
+            lines.append(f"- {experiment}: AugSBERT-BM25 - SBERT = {gain:+.2f} ({verdict(gain, 0.0 if experiment == 'mrpc' else 1.5)})"
                          + f"; AugSBERT-RS - AugSBERT-BM25 = {rs_over_bm25:+.2f} ({verdict(rs_over_bm25, 0.0, at_least=False)})")
     for experiment in TRANSFER:
         rows = results.get(experiment, {})

@@ -32,7 +32,9 @@ from augsbert_ray.layout import PROGRESS_FILE, RunLayout, TrainFile, bi_encoder_
 from augsbert_ray.models import resolve_model
 from augsbert_ray.runtime import log
 from augsbert_ray.sampling import Neighbours, SentencePool, available_pairs, candidate_table, given_pairs, sample_bm25
-from augsbert_ray.selection import accepted_rows, read_silver, score_histogram, select, silver_diagnostics, write_silver
+from augsbert_ray.selection import (
+    accepted_rows, read_silver, score_histogram, select, silver_diagnostics, thin_silver_warning, write_silver,
+)
 from augsbert_ray.training import fit_bi_encoder, fit_cross_encoder
 from augsbert_ray.tuning.search import Outcome
 from augsbert_ray.tuning.stage import SilverByK, searched_fit
@@ -464,6 +466,8 @@ def make_silver(spec: JobSpec, layout: RunLayout, source: CandidateSource, teach
             write_silver(selected, silver_dir)
             kept = accepted_rows(read_silver(silver_dir, labeled))
         histogram = score_histogram(kept, spec.sampling.kde_bins)
+        if warning := thin_silver_warning(strategy, labeled, histogram, len(gold_labels), spec.task):
+            log.warning(warning)
         diagnostics = silver_diagnostics(gold_labels, candidates.num_rows, histogram)
         sets[strategy] = SilverSet(strategy, silver_dir, candidates.num_rows, labeled, histogram, diagnostics)
     return Silver(sets, sentences=len(pool))

@@ -6,7 +6,7 @@ from ray.data.expressions import col
 from scipy.stats import gaussian_kde
 
 from augsbert_ray.selection import accepted_rows, kl_divergence, score_histogram, select, silver_diagnostics
-from augsbert_ray.selection.diagnostics import high_similarity_share
+from augsbert_ray.selection.diagnostics import high_similarity_share, thin_silver_warning
 
 
 def synthetic_silver(n: int, seed: int = 0) -> pa.Table:
@@ -81,6 +81,18 @@ def test_diagnostics_by_hand() -> None:
     gold = gold_labels(5000, seed=7)
     same, _ = np.histogram(gold, bins=100, range=(0, 1))
     assert kl_divergence(gold, same) < 0.02
+
+
+def test_thin_silver_is_named_with_its_cause() -> None:
+    """MRPC with a confident teacher: 17 of 160,580 random pairs positive, so class-ratio selection keeps 29."""
+    counts = np.zeros(100, dtype=np.int64)
+    counts[[1, 98]] = [12, 17]
+    warning = thin_silver_warning("kde", 160580, counts, 3668, "classification")
+    assert warning.startswith("kde silver: 29 pairs kept of 160,580 labeled, 0.8% of the 3,668 gold train pairs")
+    assert "scored 17 candidates positive" in warning
+    assert "sampling.kde_pool" in thin_silver_warning("kde", 160580, counts, 3668, "regression")
+    assert thin_silver_warning("bm25", 29, counts, 3668, "regression").endswith("too few to change the student")
+    assert thin_silver_warning("kde", 160580, counts, 290, "classification") is None  # 10% of gold or more
 
 
 def test_near_constant_silver_keeps_a_small_sample(ray_session) -> None:

@@ -8,6 +8,8 @@ from scipy.stats import gaussian_kde
 from augsbert_ray.selection.kde import GRID, silver_density
 
 HIGH_SIMILARITY = 0.6
+# Silver smaller than this share of the gold train split can hardly change the student's fit.
+THIN_SILVER_SHARE = 0.1
 
 
 def kl_divergence(gold_labels: np.ndarray, silver_counts: np.ndarray) -> float:
@@ -34,3 +36,26 @@ def silver_diagnostics(gold_labels: np.ndarray, candidates: int, kept_counts: np
         "kl_gold_silver": kl_divergence(gold_labels, kept_counts),
         "high_similarity_share": high_similarity_share(kept_counts),
     }
+
+
+def thin_silver_warning(strategy: str, labeled: int, kept_counts: np.ndarray, gold_rows: int, task: str) -> str | None:
+    """A one-line warning when a strategy keeps fewer silver pairs than THIN_SILVER_SHARE of the gold train split,
+    saying why where the cause is known (class-ratio selection keeps only as many pairs as the teacher finds
+    positives); None otherwise.
+
+    Example:
+        thin_silver_warning("kde", 160580, kept_histogram, 3668, "classification")
+    """
+    kept = int(kept_counts.sum())
+    if kept >= THIN_SILVER_SHARE * gold_rows:
+        return None
+    line = (f"{strategy} silver: {kept:,} pairs kept of {labeled:,} labeled, {kept / max(gold_rows, 1):.1%} of the "
+            f"{gold_rows:,} gold train pairs: too few to change the student")
+    if strategy == "kde" and task == "classification":
+        positives = int(kept_counts[len(kept_counts) // 2:].sum())  # selection keeps every positive
+        return (f"{line}; the teacher scored {positives:,} candidates positive (>= 0.5), and class-ratio selection keeps "
+                f"the positives and negatives in gold's ratio, so a pool of few positives gives little silver "
+                f"(bm25 or semantic sampling finds more)")
+    if strategy == "kde":
+        return f"{line}; a larger pool (sampling.kde_pool) keeps more"
+    return line
