@@ -250,8 +250,8 @@ def describe_teacher(spec: dict) -> str:
 
 def deltas(results: dict, specs: dict) -> list[str]:
     """The paper's effects, as measured, against the targets: AugSBERT-BM25 - SBERT >= +1.5 on STSb and both BWS
-    splits and >= 0 on MRPC, RS no better than BM25, transfer STSb -> BWS AugSBERT - SBERT-source >= +5; and the teacher's: better than
-    SBERT, and on STSb-1k AugSBERT-BM25 at least 97% of the teacher on test."""
+    splits and >= 0 on MRPC, RS no better than BM25, transfer STSb -> BWS AugSBERT - SBERT-source >= +5; and the
+    teacher's: better than SBERT, and on STSb-1k AugSBERT-BM25 at least 97% of the teacher on test."""
     lines = []
     for experiment in IN_DOMAIN:
         rows = results.get(experiment, {})
@@ -265,7 +265,8 @@ def deltas(results: dict, specs: dict) -> list[str]:
         if "augsbert_bm25" in rows and "sbert" in rows:
             gain = rows["augsbert_bm25"]["mean"] - rows["sbert"]["mean"]
             rs_over_bm25 = rows["augsbert_rs"]["mean"] - rows["augsbert_bm25"]["mean"]
-            lines.append(f"- {experiment}: AugSBERT-BM25 - SBERT = {gain:+.2f} ({verdict(gain, 0.0 if experiment == 'mrpc' else 1.5)})"
+            target = 0.0 if experiment == "mrpc" else 1.5  # MRPC: F1 no lower than SBERT's
+            lines.append(f"- {experiment}: AugSBERT-BM25 - SBERT = {gain:+.2f} ({verdict(gain, target)})"
                          + f"; AugSBERT-RS - AugSBERT-BM25 = {rs_over_bm25:+.2f} ({verdict(rs_over_bm25, 0.0, at_least=False)})")
     for experiment in TRANSFER:
         rows = results.get(experiment, {})
