@@ -8,7 +8,10 @@
 # Parts already committed (perhaps by another machine) are skipped; a stopped step resumes from its last training
 # state on the same machine. A finished part's metrics.json, spec.yaml and host.json are copied into COMMITTED; the
 # study's cells accumulate in bench/results/teacher_study.json.
+# Arguments, if any, replace QUEUE (e.g. one lane of a GPU machine), and REPRODUCE_ARGS goes to every
+# `augsbert reproduce` (e.g. --gpu).
 #   make models && bench/reproduce_best_teacher.sh
+#   REPRODUCE_ARGS=--gpu RAY_TMPDIR=/tmp/ray-lane1 bench/reproduce_best_teacher.sh "mrpc 43 lexical kde" &
 #   .venv/bin/augsbert reproduce --collect --runs bench/results/reproduce_best_teacher_runs \
 #       --results docs/RESULTS_BEST_TEACHER.md --json bench/results/reproduce_best_teacher.json
 set -euo pipefail
@@ -38,6 +41,8 @@ QUEUE=(
     "transfer_stsb_bws 44 whole"
     "transfer_stsb_mrpc 44 whole"
 )
+[ $# -gt 0 ] && QUEUE=("$@")
+read -ra more <<< "${REPRODUCE_ARGS:-}"
 # every run: labeling and fits at bf16, small shards (little work lost when stopped)
 COMMON=(labeling.precision=bf16 training.bf16=true labeling.shard_rows=5000)
 
@@ -75,8 +80,8 @@ for item in "${QUEUE[@]}"; do
         echo "$(date '+%F %T') $experiment seed $seed $part: ${settings[*]}"
         # per-part tables go to /tmp: the results page is made from the committed runs only
         "$PYTHON" -m augsbert_ray.cli reproduce --only "$experiment" --seeds "$seed" "${part_args[@]}" --runs "$RUNS" \
-            --set "${settings[@]}" "${COMMON[@]}" "${extra[@]}" \
-            --results /tmp/reproduce_best_teacher_part.md --json /tmp/reproduce_best_teacher_part.json
+            --set "${settings[@]}" "${COMMON[@]}" "${extra[@]}" "${more[@]}" \
+            --results "/tmp/reproduce_best_teacher_part.$$.md" --json "/tmp/reproduce_best_teacher_part.$$.json"
         for run in $RUNS/$pattern; do
             [ -f "$run/metrics.json" ] || continue
             mkdir -p "$COMMITTED/$(basename "$run")"
