@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import gaussian_kde
 
-from augsbert_ray.selection.kde import GRID, silver_density
+from augsbert_ray.config import TaskType
+from augsbert_ray.selection.kde import GRID, positives_and_negatives, silver_density
 
 HIGH_SIMILARITY = 0.6
 # Silver smaller than this share of the gold train split can hardly change the student's fit.
@@ -38,7 +39,7 @@ def silver_diagnostics(gold_labels: np.ndarray, candidates: int, kept_counts: np
     }
 
 
-def thin_silver_warning(strategy: str, labeled: int, kept_counts: np.ndarray, gold_rows: int, task: str) -> str | None:
+def thin_silver_warning(strategy: str, labeled: int, kept_counts: np.ndarray, gold_rows: int, task: TaskType) -> str | None:
     """A one-line warning when a strategy keeps fewer silver pairs than THIN_SILVER_SHARE of the gold train split,
     saying why where the cause is known (class-ratio selection keeps only as many pairs as the teacher finds
     positives); None otherwise.
@@ -49,10 +50,10 @@ def thin_silver_warning(strategy: str, labeled: int, kept_counts: np.ndarray, go
     kept = int(kept_counts.sum())
     if kept >= THIN_SILVER_SHARE * gold_rows:
         return None
-    line = (f"{strategy} silver: {kept:,} pairs kept of {labeled:,} labeled, {kept / max(gold_rows, 1):.1%} of the "
+    line = (f"{strategy} silver: {kept:,} pairs kept of {labeled:,} labeled, {kept / gold_rows:.1%} of the "
             f"{gold_rows:,} gold train pairs: too few to change the student")
     if strategy == "kde" and task == "classification":
-        positives = int(kept_counts[len(kept_counts) // 2:].sum())  # selection keeps every positive
+        positives = positives_and_negatives(kept_counts)[0]  # selection keeps every positive
         return (f"{line}; the teacher scored {positives:,} candidates positive (>= 0.5), and class-ratio selection keeps "
                 f"the positives and negatives in gold's ratio, so a pool of few positives gives little silver "
                 f"(bm25 or semantic sampling finds more)")

@@ -122,13 +122,18 @@ def regression_curve(gold_labels: np.ndarray, silver_counts: np.ndarray, mode: s
     return AcceptanceCurve("regression", q_grid=q)
 
 
-def classification_curve(gold_labels: np.ndarray, silver_counts: np.ndarray) -> AcceptanceCurve:
-    """Keep all silver positives; keep negatives at the rate that gives the gold negative/positive ratio."""
-    gold_pos, gold_neg = int(np.sum(gold_labels == 1)), int(np.sum(gold_labels == 0))
+def positives_and_negatives(silver_counts: np.ndarray) -> tuple[int, int]:
+    """Silver scores >= 0.5 and below, from the histogram (an even bin count puts a bin edge at 0.5)."""
     if len(silver_counts) % 2:
         raise ValueError(f"class-ratio selection needs an even bin count (a bin edge at 0.5), got {len(silver_counts)}")
     half = len(silver_counts) // 2
-    silver_pos, silver_neg = int(silver_counts[half:].sum()), int(silver_counts[:half].sum())
+    return int(silver_counts[half:].sum()), int(silver_counts[:half].sum())
+
+
+def classification_curve(gold_labels: np.ndarray, silver_counts: np.ndarray) -> AcceptanceCurve:
+    """Keep all silver positives; keep negatives at the rate that gives the gold negative/positive ratio."""
+    gold_pos, gold_neg = int(np.sum(gold_labels == 1)), int(np.sum(gold_labels == 0))
+    silver_pos, silver_neg = positives_and_negatives(silver_counts)
     if gold_pos == 0 or silver_neg == 0:
         return AcceptanceCurve("classification", negative_rate=1.0)
     wanted_negatives = silver_pos * gold_neg / gold_pos
