@@ -68,6 +68,15 @@ def _bad_utf8(path: Path, number: int, raw: bytes) -> Reject:
     return Reject(str(path), number, "(line)", "bad UTF-8", raw.decode("utf-8", errors="replace")[:200])
 
 
+def _record_lines(path: Path) -> Iterator[tuple[int, str] | Reject]:
+    """(line number, text) of each non-blank line of a one-record-per-line file, or its bad-UTF-8 reject."""
+    for number, text, raw in _decoded_lines(path):
+        if text is None:
+            yield _bad_utf8(path, number, raw)
+        elif text.strip():
+            yield number, text
+
+
 def _delimited_rows(path: Path, delimiter: str, quoting: int, columns: ColumnMap) -> Iterator[_RawRow | Reject]:
     """Rows of a delimited file with a header, mapped through ``columns``; quoted fields may span lines."""
     good_lines: list[int] = []
@@ -115,24 +124,22 @@ def _delimited_rows(path: Path, delimiter: str, quoting: int, columns: ColumnMap
 
 def _stsb_rows(path: Path) -> Iterator[_RawRow | Reject]:
     """STSb: no header; genre, file, year, id, score, sentence1, sentence2[, extra source fields]."""
-    for number, text, raw in _decoded_lines(path):
-        if text is None:
-            yield _bad_utf8(path, number, raw)
+    for line in _record_lines(path):
+        if isinstance(line, Reject):
+            yield line
             continue
-        if not text.strip():
-            continue
+        number, text = line
         cells = text.split("\t")
         yield _RawRow(number, {key: cells[i] if i < len(cells) else None for key, i in _STSB_FIELDS.items()}, text[:200])
 
 
 def _jsonl_rows(path: Path, columns: ColumnMap) -> Iterator[_RawRow | Reject]:
     keys = _column_keys(columns)
-    for number, text, raw in _decoded_lines(path):
-        if text is None:
-            yield _bad_utf8(path, number, raw)
+    for line in _record_lines(path):
+        if isinstance(line, Reject):
+            yield line
             continue
-        if not text.strip():
-            continue
+        number, text = line
         try:
             record = json.loads(text)
         except json.JSONDecodeError as exc:
