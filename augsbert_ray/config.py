@@ -346,6 +346,11 @@ class EvaluationSpec(_Strict):
     zero_shot_model: str = DEFAULT_MODEL
     cpus: float = Field(1, gt=0)
     gpus: float = Field(0, ge=0)
+    teacher_bi_encoder: bool = Field(
+        False, description="Also fine-tune teacher.bi_encoder on the gold (in transfer: source) train split and score it "
+        "when the teacher has no bi-encoder: what fine-tuning that larger model alone gives, the comparison a user "
+        "weighs AugSBERT against. A bi-encoder or ensemble teacher fits and scores it anyway."
+    )
 
 
 # Strategies whose candidates depend on sampling.top_k, so that tuning.top_k can vary it.
@@ -527,6 +532,11 @@ class JobSpec(_Strict):
 
     def tuned_models(self) -> list[str]:
         return tuned_models(self.tuning, self.sampling)
+
+    @property
+    def compares_teacher_bi_encoder(self) -> bool:
+        """teacher.bi_encoder is fitted only to be scored, beside a teacher without it (evaluation.teacher_bi_encoder)."""
+        return self.evaluation.teacher_bi_encoder and "bi_encoder" not in self.teacher.member_kinds
 
     def tuning_top_ks(self, model: str) -> list[int | None]:
         return tuning_top_ks(self.tuning, self.sampling, model)

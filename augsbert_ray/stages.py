@@ -245,10 +245,13 @@ def train_teacher_bi_encoder(ctx: RunContext, gold: Gold) -> Fit:
 
 def train_teacher(ctx: RunContext, gold: Gold) -> tuple[Teacher, list[Fit]]:
     """The teacher's models fitted on the gold (in transfer: source) train split, each reused on resume: the
-    cross-encoder, the bi-encoder teacher, or both (ensemble). Their scores are not mapped yet (see check_teacher)."""
+    cross-encoder, the bi-encoder teacher, or both (ensemble). Their scores are not mapped yet (see check_teacher).
+    The fits also hold the bi-encoder teacher fitted only to be scored (evaluation.teacher_bi_encoder)."""
     fitters = {"cross_encoder": train_cross_encoder, "bi_encoder": train_teacher_bi_encoder}
     fits = {kind: fitters[kind](ctx, gold) for kind in ctx.spec.teacher.member_kinds}
-    return Teacher(tuple(TeacherMember(kind, str(fit.model_dir)) for kind, fit in fits.items())), list(fits.values())
+    teacher = Teacher(tuple(TeacherMember(kind, str(fit.model_dir)) for kind, fit in fits.items()))
+    compared = [train_teacher_bi_encoder(ctx, gold)] if ctx.spec.compares_teacher_bi_encoder else []
+    return teacher, [*fits.values(), *compared]
 
 
 def teacher_stage(spec: JobSpec) -> str:
@@ -529,7 +532,8 @@ def evaluate_models(ctx: RunContext, checked: CheckedTeacher, bi_encoders: list[
     spec, task, teacher = ctx.spec, ctx.spec.evaluation_task, checked.teacher
     assert checked.dev is eval_set.dev, "the teacher gate scored another dev split"
     test_refs = [score_pairs_on_ray(m.kind, m.model, eval_set.test, spec.evaluation.cpus, spec.evaluation.gpus) for m in teacher.members]
-    jobs = {name: ("bi_encoder", str(ctx.layout.model(name))) for name in bi_encoders}
+    compared = ["teacher_bi_encoder"] if spec.compares_teacher_bi_encoder else []
+    jobs = {name: ("bi_encoder", str(ctx.layout.model(name))) for name in [*bi_encoders, *compared]}
     jobs["zero_shot"] = ("bi_encoder", resolve_model(spec.evaluation.zero_shot_model))
     jobs["jaccard"] = ("jaccard", None)
     refs = {name: evaluate_on_ray(kind, model, task, eval_set.dev, eval_set.test, spec.evaluation.cpus, spec.evaluation.gpus)

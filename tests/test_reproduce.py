@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from augsbert_ray import reproduce
+from augsbert_ray.report import MODEL_TITLES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -172,7 +173,7 @@ def test_a_bi_encoder_teachers_row_and_effects_are_tabulated() -> None:
                "mrpc": {"sbert": entry(83.31), "augsbert_bm25": entry(83.38), "augsbert_rs": entry(83.69)}}
     specs = {"stsb_1k": {"teacher": {"kind": "bi-encoder", "bi_encoder": {"model": "mpnet"}}, "cross_encoder": {"model": "minilm"}}}
     lines = reproduce.table(results, ["stsb_1k"], reproduce.IN_DOMAIN_ROWS, ["STSb"])
-    assert "| Bi-encoder teacher (its backbone fine-tuned on gold, one seed: that model's SBERT) | 85.00 (1 seed) |" in lines
+    assert f"| {MODEL_TITLES['teacher_bi_encoder']} | 85.00 (1 seed) |" in lines
     assert not [line for line in lines if "Cross-encoder" in line or "Ensemble" in line]  # no run scored them
     effects = reproduce.deltas(results, specs)
     assert "- stsb_1k: teacher - SBERT = +2.00 (target > 0: met)" in effects

@@ -16,6 +16,7 @@ from augsbert_ray.config import JobSpec, LabelingSpec, SpecError, dump_spec
 from augsbert_ray.labeling import LabelJob, Teacher, label_files
 from augsbert_ray.layout import PROGRESS_FILE
 from augsbert_ray.pipeline import load_run_spec, resume_run
+from augsbert_ray.models import model_fingerprint
 from augsbert_ray.resume import run_fingerprint, write_fingerprint
 
 
@@ -70,6 +71,17 @@ def test_force_resume_keeps_only_the_fits_a_change_does_not_touch(tmp_path: Path
     assert list(json.loads((run_dir / PROGRESS_FILE).read_text())) == ["cross_encoder"]
     # the fingerprint now records the edit: a plain resume goes on from here
     assert resume_run(load_run_spec(run_dir), run_dir, data_dir, force=False).ledger.finished.keys() == {"cross_encoder"}
+
+
+def test_a_bi_encoder_scored_beside_the_teacher_is_fingerprinted(tiny_model: Path, data_dir: Path) -> None:
+    """evaluation.teacher_bi_encoder fits teacher.bi_encoder beside a cross-encoder teacher: a resume must see its
+    model change; an ensemble has that model as its member already."""
+    bi_encoder = {"bi_encoder": {"model": str(tiny_model)}}
+    plain, compared = (JobSpec(teacher=bi_encoder, evaluation={"teacher_bi_encoder": flag}) for flag in (False, True))
+    assert compared.compares_teacher_bi_encoder and not plain.compares_teacher_bi_encoder
+    assert not JobSpec(teacher={**bi_encoder, "kind": "ensemble"}, evaluation={"teacher_bi_encoder": True}).compares_teacher_bi_encoder
+    assert "models.teacher.bi_encoder" not in run_fingerprint(plain, data_dir)
+    assert run_fingerprint(compared, data_dir)["models.teacher.bi_encoder"] == model_fingerprint(str(tiny_model))
 
 
 def test_a_moved_run_directory_resumes_its_labeling(ray_session, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from augsbert_ray.cli import main
 from augsbert_ray.config import BiEncoderSpec, CrossEncoderSpec, DataSpec, SpecError, TrainingSpec, load_spec
 from augsbert_ray.data import load_gold
 from augsbert_ray.data.splits import BWS_CROSS_TOPIC
+from augsbert_ray.labeling import Teacher
 from augsbert_ray.sampling import given_pairs
 
 
@@ -107,7 +108,8 @@ def test_transfer_from_target_sentences_alone(
     ray_session, tiny_model: Path, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path
 ) -> None:
     """No target train split at all: unlabeled sentences, recombined by BM25, plus labeled dev/test files. The
-    teacher is given (cross_encoder.trained): the test above fits one on the source domain."""
+    teacher is given (cross_encoder.trained): the test above fits one on the source domain. The bi-encoder teacher
+    model is fitted on the source and scored beside it (evaluation.teacher_bi_encoder), not made part of it."""
     bws = load_gold(DataSpec(dataset="bws", bws_split="in-topic"), seed=0, data_dir=data_dir)
     sentences = tmp_path / "sentences.txt"
     sentences.write_text("\n".join(sorted(set(bws.train.column("sentence1").to_pylist()))[:120]) + "\n")
@@ -118,13 +120,17 @@ def test_transfer_from_target_sentences_alone(
     target = f"{{dataset: null, dev: {{path: {files['dev']}}}, test: {{path: {files['test']}}}}}"
     overrides = [*tiny_models(tiny_model), "scenario=domain-transfer", "data.dataset=stsb", f"target.data={target}",
                  "target.candidates=sentences", f"target.sentences={sentences}", "sampling.strategies=[bm25]",
-                 f"cross_encoder.trained={tiny_cross_encoder}",
-                 f"output_dir={tmp_path}", "name=s"]
+                 f"cross_encoder.trained={tiny_cross_encoder}", "evaluation.teacher_bi_encoder=true",
+                 f"teacher.bi_encoder.model={tiny_model}", "teacher.bi_encoder.epochs=1", f"output_dir={tmp_path}", "name=s"]
     run("jobs/stsb_indomain_bm25.yaml", overrides, data_dir)
     (run_dir,) = tmp_path.glob("s-*")
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert set(metrics["test"]) == {"cross_encoder", "sbert_source", "augsbert_bm25", "zero_shot", "jaccard"}
+    assert set(metrics["test"]) == {"cross_encoder", "teacher_bi_encoder", "sbert_source", "augsbert_bm25", "zero_shot", "jaccard"}
+    (member,) = Teacher.load(run_dir / "models" / "teacher.json").members  # scored, not made part of the teacher
+    assert member.kind == "cross_encoder" and metrics["teacher"]["kind"] == "cross-encoder"
     counts = metrics["counts"]
+    assert counts["trained_on"]["teacher_bi_encoder"] == counts["gold_train"] == 150  # fitted on the source gold
+    assert "Bi-encoder teacher" in (run_dir / "report.md").read_text()
     assert counts["sentences"] == 120 and counts["target_train"] == 0
     assert counts["trained_on"]["augsbert_bm25"] == counts["labeled"]["bm25"] == counts["candidates"]["bm25"] > 0
 
