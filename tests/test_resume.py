@@ -15,8 +15,8 @@ from augsbert_ray.cli import main
 from augsbert_ray.config import JobSpec, LabelingSpec, SpecError, dump_spec
 from augsbert_ray.labeling import LabelJob, Teacher, label_files
 from augsbert_ray.layout import PROGRESS_FILE
-from augsbert_ray.pipeline import load_run_spec, resume_run
 from augsbert_ray.models import model_fingerprint
+from augsbert_ray.pipeline import load_run_spec, resume_run
 from augsbert_ray.resume import run_fingerprint, write_fingerprint
 
 
