@@ -77,9 +77,13 @@ def write_fingerprint(run_dir: Path, fingerprint: dict[str, Any]) -> None:
 
 
 def changed_entries(run_dir: Path, now: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """Entries whose value differs between the run's recorded fingerprint and ``now``: key -> (then, now)."""
+    """Entries whose value differs between the run's recorded fingerprint and ``now``: key -> (then, now). A setting
+    the tool gained since the run started is no change at its default, which keeps what the tool did before."""
     then = json.loads((run_dir / FINGERPRINT_FILE).read_text(encoding="utf-8"))
-    return {key: (then.get(key), now.get(key)) for key in sorted(then.keys() | now.keys()) if then.get(key) != now.get(key)}
+    defaults = flatten(comparable_spec(JobSpec()), "spec.")
+    gained_at_default = {key for key in now.keys() - then.keys() if key in defaults and now[key] == defaults[key]}
+    return {key: (then.get(key), now.get(key)) for key in sorted((then.keys() | now.keys()) - gained_at_default)
+            if then.get(key) != now.get(key)}
 
 
 def fit_still_matches(fit: str, changed: dict[str, tuple[Any, Any]]) -> bool:

@@ -17,7 +17,7 @@ from augsbert_ray.labeling import LabelJob, Teacher, label_files
 from augsbert_ray.layout import PROGRESS_FILE
 from augsbert_ray.models import model_fingerprint
 from augsbert_ray.pipeline import load_run_spec, resume_run
-from augsbert_ray.resume import run_fingerprint, write_fingerprint
+from augsbert_ray.resume import FINGERPRINT_FILE, run_fingerprint, write_fingerprint
 
 
 def started_run(tmp_path: Path, data_dir: Path, spec: JobSpec, fits: tuple[str, ...] = ()) -> Path:
@@ -71,6 +71,19 @@ def test_force_resume_keeps_only_the_fits_a_change_does_not_touch(tmp_path: Path
     assert list(json.loads((run_dir / PROGRESS_FILE).read_text())) == ["cross_encoder"]
     # the fingerprint now records the edit: a plain resume goes on from here
     assert resume_run(load_run_spec(run_dir), run_dir, data_dir, force=False).ledger.finished.keys() == {"cross_encoder"}
+
+
+def test_a_setting_added_since_the_run_started_blocks_resume_only_off_its_default(
+    tiny_model: Path, tmp_path: Path, data_dir: Path
+) -> None:
+    run_dir = started_run(tmp_path, data_dir, JobSpec(teacher={"bi_encoder": {"model": str(tiny_model)}}), ("cross_encoder",))
+    fingerprint = json.loads((run_dir / FINGERPRINT_FILE).read_text())
+    del fingerprint["spec.evaluation.teacher_bi_encoder"]  # as a run started by a version without the setting
+    (run_dir / FINGERPRINT_FILE).write_text(json.dumps(fingerprint))
+    assert resume_run(load_run_spec(run_dir), run_dir, data_dir, force=False).ledger.finished.keys() == {"cross_encoder"}
+    (run_dir / FINGERPRINT_FILE).write_text(json.dumps(fingerprint))
+    with pytest.raises(SpecError, match=r"spec\.evaluation\.teacher_bi_encoder \(None -> True\)"):
+        resume_run(load_run_spec(run_dir, ["evaluation.teacher_bi_encoder=true"]), run_dir, data_dir, force=False)
 
 
 def test_a_bi_encoder_scored_beside_the_teacher_is_fingerprinted(tiny_model: Path, data_dir: Path) -> None:
