@@ -43,8 +43,9 @@ QUEUE=(
 )
 [ $# -gt 0 ] && QUEUE=("$@")
 read -ra more <<< "${REPRODUCE_ARGS:-}"
-# every run: labeling and fits at bf16, small shards (little work lost when stopped)
-COMMON=(labeling.precision=bf16 training.bf16=true labeling.shard_rows=5000)
+# every run: labeling and fits at bf16; small shards and a training state every 50 steps (little work lost when
+# stopped, e.g. an mpnet teacher's fit at a session end)
+COMMON=(labeling.precision=bf16 training.bf16=true labeling.shard_rows=5000 training.checkpoint_every=50)
 
 teacher_settings() {  # TASK MODELS: the task's chosen teacher, as bench/teacher_study.py's reproduction_settings
     "$PYTHON" - "$1" "$2" "$COMMITTED/choice.json" <<'EOF'
@@ -65,8 +66,8 @@ for item in "${QUEUE[@]}"; do
     # given the study cell's fits where they were made on this machine (a transfer fits its own on all of STSb)
     read -ra settings <<< "$(teacher_settings "$task" "$STUDY/$experiment-seed$seed/models")"
     for part in $parts; do
-        if [ "$part" = whole ]; then suffix=""; part_args=(); extra=(training.checkpoint_every=50)
-        else suffix="_$part"; part_args=(--part "$part"); extra=(); fi
+        if [ "$part" = whole ]; then suffix=""; part_args=()
+        else suffix="_$part"; part_args=(--part "$part"); fi
         if [ "$experiment" = transfer_stsb_mrpc ]; then  # the teacher of transfer STSb->BWS: the same STSb fit
             for models in "$RUNS"/transfer_stsb_bws-full-seed"$seed"-*/models; do
                 read -ra settings <<< "$(teacher_settings "$task" "$models")"
@@ -80,7 +81,7 @@ for item in "${QUEUE[@]}"; do
         echo "$(date '+%F %T') $experiment seed $seed $part: ${settings[*]}"
         # per-part tables go to /tmp: the results page is made from the committed runs only
         "$PYTHON" -m augsbert_ray.cli reproduce --only "$experiment" --seeds "$seed" "${part_args[@]}" --runs "$RUNS" \
-            --set "${settings[@]}" "${COMMON[@]}" "${extra[@]}" "${more[@]}" \
+            --set "${settings[@]}" "${COMMON[@]}" "${more[@]}" \
             --results "/tmp/reproduce_best_teacher_part.$$.md" --json "/tmp/reproduce_best_teacher_part.$$.json"
         for run in $RUNS/$pattern; do
             [ -f "$run/metrics.json" ] || continue
