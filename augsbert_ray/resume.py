@@ -61,7 +61,7 @@ def run_fingerprint(spec: JobSpec, data_dir: str | Path | None) -> dict[str, Any
             files["target.sentences"] = spec.target.sentences
     models = {"cross_encoder": spec.cross_encoder.trained or spec.cross_encoder.model, "bi_encoder": spec.bi_encoder.model,
               "evaluation.zero_shot_model": spec.evaluation.zero_shot_model}
-    if "bi_encoder" in spec.teacher.member_kinds or spec.compares_teacher_bi_encoder:
+    if "bi_encoder" in spec.teacher.member_kinds or spec.evaluation.teacher_bi_encoder:  # fitted: a member, or scored beside
         models["teacher.bi_encoder"] = spec.teacher.bi_encoder.trained or spec.teacher.bi_encoder.model
     if spec.sampling.semantic_model != "gold":
         models["sampling.semantic_model"] = spec.sampling.semantic_model

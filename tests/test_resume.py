@@ -81,7 +81,7 @@ def test_a_setting_added_since_the_run_started_blocks_resume_only_off_its_defaul
     del fingerprint["spec.evaluation.teacher_bi_encoder"]  # as a run started by a version without the setting
     (run_dir / FINGERPRINT_FILE).write_text(json.dumps(fingerprint))
     assert resume_run(load_run_spec(run_dir), run_dir, data_dir, force=False).ledger.finished.keys() == {"cross_encoder"}
-    (run_dir / FINGERPRINT_FILE).write_text(json.dumps(fingerprint))
+    (run_dir / FINGERPRINT_FILE).write_text(json.dumps(fingerprint))  # the resume recorded today's fingerprint
     with pytest.raises(SpecError, match=r"spec\.evaluation\.teacher_bi_encoder \(None -> True\)"):
         resume_run(load_run_spec(run_dir, ["evaluation.teacher_bi_encoder=true"]), run_dir, data_dir, force=False)
 
