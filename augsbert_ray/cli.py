@@ -347,7 +347,7 @@ def add_job_arguments(command: argparse.ArgumentParser, example_job: str, exampl
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="augsbert",
-        description="Augmented SBERT on Ray: label pairs with a cross-encoder to train a fast bi-encoder.",
+        description="Augmented SBERT on Ray: a teacher (a cross-encoder, a larger bi-encoder, or both) labels pairs to train a fast bi-encoder.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -395,8 +395,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     label = commands.add_parser(
         "label",
-        help="score sentence pairs with a cross-encoder on a Ray Data actor pool",
-        description="Label pairs with a cross-encoder, streaming and resumable. Output: Parquet shards "
+        help="score sentence pairs with a teacher (a cross-encoder, or a run's teacher.json) on a Ray Data actor pool",
+        description="Label pairs with a teacher, streaming and resumable. Output: Parquet shards "
         "(part-*.parquet) with the input columns plus score, labeler and strategy; _manifest.json with the "
         "counts of each shard; _rejects.jsonl with every pair that could not be labeled and why. "
         "A rerun with the same arguments skips the shards already written.",

@@ -217,7 +217,7 @@ def run_domain_transfer(
     spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None, force_resume: bool = False,
     run_dir: Path | None = None,
 ) -> Path:
-    """Cross-encoder on the labeled source, silver labels on the target, AugSBERT on the target silver alone;
+    """The teacher on the labeled source, silver labels on the target, AugSBERT on the target silver alone;
     every model is scored on the target's test split."""
     assert spec.target is not None
     ctx = start_run(spec, resume, data_dir, force_resume, run_dir)
