@@ -3,6 +3,8 @@ ensemble and the teacher gate (a whole run with an ensemble teacher: tests/test_
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -126,6 +128,36 @@ def test_an_ensemble_labeling_job_resumes_and_refuses_another_calibration(
     other = Teacher(tuple(TeacherMember(m.kind, m.model, m.scale * 2, m.shift) for m in ensemble.members))
     with pytest.raises(SpecError, match=r"holds labels from other settings \(labeler differ\)"):
         label_files(str(tmp_path / "pairs.parquet"), output, LabelJob(other, spec))
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ("{}", r"\(members: Field required\)"),
+        ('{"members": []}', r"members: List should have at least 1 item"),
+        ('{"members": [{"kind": "cross_encoder"}]}', r"members\.0\.model: Field required"),
+        ('{"members": [{"kind": "cross", "model": "m"}]}', r"members\.0\.kind: Input should be 'cross_encoder' or 'bi_encoder'"),
+        ('{"members": [\n{"kind": "bi_encoder", "model": "m",}]}', r"Invalid JSON: trailing comma at line 2"),
+    ],
+    ids=["no-members", "empty", "no-model", "unknown-kind", "not-json"],
+)
+def test_a_malformed_teacher_file_is_one_line_naming_the_file_and_field(body: str, reason: str, tmp_path: Path, capsys) -> None:
+    teacher_file = tmp_path / "teacher.json"
+    teacher_file.write_text(body)
+    assert main(["label", "--model", str(teacher_file), "--input", str(tmp_path / "pairs.jsonl"), "--output", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1
+    assert error.startswith(f"augsbert label: error: {teacher_file}: not a teacher file (")
+    assert re.search(reason, error)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_saved_teacher_loads_back_with_its_paths_and_maps(tmp_path: Path) -> None:
+    (tmp_path / "models" / "cross_encoder").mkdir(parents=True)
+    members = (TeacherMember("cross_encoder", str(tmp_path / "models" / "cross_encoder"), 0.5, 0.25),
+               TeacherMember("bi_encoder", "/elsewhere/bi", 2.0, -1.0))
+    loaded = Teacher.load(Teacher(members).save(tmp_path / "models"))
+    assert loaded.members == (replace(members[0], model=str((tmp_path / "models" / "cross_encoder").resolve())), members[1])
 
 
 def gate_setup(tmp_path: Path, data_dir: Path, require: bool) -> tuple[RunContext, GoldData]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+from pydantic import BaseModel, Field, ValidationError
 
 from augsbert_ray.config import CalibrationMap
 from augsbert_ray.files import atomic_write_text
@@ -125,14 +126,36 @@ class Teacher:
 
     @classmethod
     def load(cls, path: Path) -> "Teacher":
-        """A teacher.json written by ``save`` (e.g. a run's models/teacher.json)."""
-        body = json.loads(path.read_text(encoding="utf-8"))
+        """A teacher.json written by ``save`` (e.g. a run's models/teacher.json). A file that is not one raises a
+        ValueError naming the file and the field."""
+        try:
+            body = TeacherFile.model_validate_json(path.read_bytes())
+        except ValidationError as exc:
+            reasons = "; ".join(f"{'.'.join(map(str, error['loc'])) or 'the file'}: {error['msg']}" for error in exc.errors())
+            raise ValueError(f"{path}: not a teacher file ({reasons}); a run writes one as models/teacher.json") from None
         members = []
-        for item in body["members"]:
-            model = Path(item["model"])
-            members.append(TeacherMember(item["kind"], str(model if model.is_absolute() else (path.parent / model).resolve()),
-                                         float(item["scale"]), float(item["shift"])))
+        for item in body.members:
+            model = Path(item.model)
+            members.append(replace(item.member(), model=str(model if model.is_absolute() else (path.parent / model).resolve())))
         return cls(tuple(members))
+
+
+class TeacherFileMember(BaseModel):
+    """One model of a teacher.json (its path relative to the file, or absolute)."""
+
+    kind: MemberKind
+    model: str
+    scale: float = 1.0
+    shift: float = 0.0
+
+    def member(self) -> TeacherMember:
+        return TeacherMember(self.kind, self.model, self.scale, self.shift)
+
+
+class TeacherFile(BaseModel):
+    """What Teacher.load reads; ``kind`` and ``labeler``, written for the reader, are derived again on load."""
+
+    members: list[TeacherFileMember] = Field(min_length=1)
 
 
 def _relative_to(model: str, directory: Path) -> str:
