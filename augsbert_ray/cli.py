@@ -247,11 +247,21 @@ def _evaluate(args: argparse.Namespace) -> int:
     from augsbert_ray.evaluation import evaluate
     from augsbert_ray.data.usable import check_scorable
     from augsbert_ray.evaluation.checks import check_class_labels, model_kind
+    from augsbert_ray.labeling import Teacher
     from augsbert_ray.models import check_model, resolve_model
 
-    model = resolve_model(args.model)
-    check_model(model)
-    kind = model_kind(model) if args.kind == "auto" else args.kind
+    if Path(args.model).is_file():  # a run's models/teacher.json: the whole teacher, its maps applied
+        if args.kind not in ("auto", "teacher"):
+            raise SpecError(f"{args.model} is a teacher file; --kind {args.kind} takes a model directory")
+        for member in Teacher.load(Path(args.model)).members:
+            check_model(member.model)
+        model, kind = args.model, "teacher"
+    elif args.kind == "teacher":
+        raise SpecError(f"--kind teacher takes a teacher file (a run's models/teacher.json); {args.model} is not a file")
+    else:
+        model = resolve_model(args.model)
+        check_model(model)
+        kind = model_kind(model) if args.kind == "auto" else args.kind
     data = _evaluation_data(args)
     task = data.resolved_task
     gold = load_gold(data, seed=args.seed, data_dir=args.data_dir)
@@ -431,7 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser(
         "evaluate",
         help="score a model on a labeled pair set",
-        description="Evaluate a bi-encoder or cross-encoder: Spearman x100 for regression; F1 x100 at the "
+        description="Evaluate a bi-encoder, a cross-encoder or a run's teacher: Spearman x100 for regression; F1 x100 at the "
         "dev-chosen threshold and AUC(0.05) for classification. Prints the metrics as JSON on stdout, with the rows "
         "read, accepted and rejected; the counts and every rejected row (file, line, field, reason) go to stderr "
         "or --rejects. Exit status 2, with one line naming the problem, for an unusable model directory, labels "
@@ -440,7 +450,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    evaluate.add_argument("model", help="model directory, 'minilm', 'mpnet', or a Hugging Face id")
+    evaluate.add_argument("model", help="model directory, 'minilm', 'mpnet', a Hugging Face id, or a run's models/teacher.json "
+                          "(the run's teacher, any kind, with its maps onto the gold scale)")
     evaluate.add_argument("--data", required=True, help="a named dataset (stsb, mrpc, bws) or a labeled pair file")
     evaluate.add_argument("--dev", help="dev file that picks the classification threshold (default: the data itself)")
     evaluate.add_argument("--format", choices=["csv", "tsv", "jsonl", "parquet", "stsb", "mrpc", "bws"])
@@ -451,7 +462,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--rejects", metavar="FILE", help="write the rejected rows here (JSON lines) instead of listing them on stderr")
     evaluate.add_argument("--max-reject-fraction", type=_fraction, default=0.01, metavar="FRACTION",
                           help="fail when more than this share of the rows read is rejected (default: %(default)s)")
-    evaluate.add_argument("--kind", choices=["auto", "bi_encoder", "cross_encoder"], default="auto")
+    evaluate.add_argument("--kind", choices=["auto", "bi_encoder", "cross_encoder", "teacher"], default="auto",
+                          help="auto: teacher for a teacher file, cross_encoder for a CrossEncoder directory, else bi_encoder")
     evaluate.add_argument("--data-dir", help="directory holding the named datasets")
     evaluate.add_argument("--seed", type=int, default=42, help="seed for splits carved from train")
     evaluate.add_argument("--threads", type=int, default=2, help="torch threads")

@@ -3,6 +3,7 @@ ensemble and the teacher gate (a whole run with an ensemble teacher: tests/test_
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from augsbert_ray.cli import main
 from augsbert_ray.config import JobSpec, LabelingSpec, SpecError
 from augsbert_ray.data import GoldData
+from augsbert_ray.evaluation import metrics_from_scores, spearman_x100
 from augsbert_ray.labeling import LabelJob, Teacher, TeacherMember, label_files
 from augsbert_ray.models import resolve_model
 from augsbert_ray.stages import RunContext, check_teacher
@@ -128,6 +130,29 @@ def test_an_ensemble_labeling_job_resumes_and_refuses_another_calibration(
     other = Teacher(tuple(TeacherMember(m.kind, m.model, m.scale * 2, m.shift) for m in ensemble.members))
     with pytest.raises(SpecError, match=r"holds labels from other settings \(labeler differ\)"):
         label_files(str(tmp_path / "pairs.parquet"), output, LabelJob(other, spec))
+
+
+def test_evaluate_scores_a_teacher_file_as_the_teacher_labels(ensemble: Teacher, data_dir: Path, tmp_path: Path, capsys) -> None:
+    pairs = stsb_table(data_dir, "test", 120)
+    keys = [frozenset(pair) for pair in zip(pairs["sentence1"].to_pylist(), pairs["sentence2"].to_pylist())]
+    pairs = pairs.filter(pa.array([keys.index(key) == i for i, key in enumerate(keys)]))  # evaluate scores a repeat once
+    data = tmp_path / "pairs.jsonl"
+    data.write_text("\n".join(json.dumps(row) for row in pairs.drop_columns(["pair_id"]).to_pylist()))
+    teacher_file = ensemble.save(tmp_path)
+    assert main(["evaluate", str(teacher_file), "--data", str(data)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    direct = ensemble.combine([direct_scores(m, pairs).astype(np.float32) for m in ensemble.members])
+    expected = metrics_from_scores("regression", direct, pairs.column("label").to_numpy(), direct, pairs.column("label").to_numpy())
+    assert result["kind"] == "teacher"
+    assert result["test"] == pytest.approx(expected.test, abs=1e-3)
+    # an ensemble is not a mean of raw scores: its maps matter
+    unmapped = np.mean([direct_scores(m, pairs) for m in ensemble.members], axis=0)
+    assert abs(spearman_x100(unmapped, pairs.column("label").to_numpy()) - result["test"]) > 0.01
+
+    assert main(["evaluate", str(teacher_file), "--data", str(data), "--kind", "bi_encoder"]) == 2
+    assert "is a teacher file; --kind bi_encoder takes a model directory" in capsys.readouterr().err
+    assert main(["evaluate", str(tmp_path), "--data", str(data), "--kind", "teacher"]) == 2
+    assert "--kind teacher takes a teacher file" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
