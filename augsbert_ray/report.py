@@ -10,7 +10,7 @@ from augsbert_ray.config import JobSpec, dump_spec
 
 MODEL_TITLES = {
     "cross_encoder": "Cross-encoder (upper bound)",
-    "teacher_bi_encoder": "Bi-encoder teacher (teacher.bi_encoder fine-tuned on gold, one seed: that model's SBERT; scored only beside a cross-encoder teacher)",
+    "teacher_bi_encoder": "Bi-encoder teacher (teacher.bi_encoder fine-tuned on gold, one seed: that model's SBERT; beside a cross-encoder teacher, with evaluation.teacher_bi_encoder)",
     "teacher": "Ensemble teacher",
     "sbert": "SBERT (gold only)",
     "sbert_source": "SBERT-source (lower bound)",
