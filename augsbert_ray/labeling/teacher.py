@@ -136,7 +136,8 @@ class Teacher:
         members = []
         for item in body.members:
             model = Path(item.model)
-            members.append(replace(item.member(), model=str(model if model.is_absolute() else (path.parent / model).resolve())))
+            members.append(TeacherMember(item.kind, str(model if model.is_absolute() else (path.parent / model).resolve()),
+                                         item.scale, item.shift))
         return cls(tuple(members))
 
 
@@ -147,9 +148,6 @@ class TeacherFileMember(BaseModel):
     model: str
     scale: float = 1.0
     shift: float = 0.0
-
-    def member(self) -> TeacherMember:
-        return TeacherMember(self.kind, self.model, self.scale, self.shift)
 
 
 class TeacherFile(BaseModel):
