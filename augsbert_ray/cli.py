@@ -376,7 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_job_arguments(
-        run, "jobs/stsb_indomain_bm25.yaml", "data.train_limit=1000",
+        run, "jobs/stsb_indomain_bm25.yaml", "data.train_limit=null",
         resume_help="continue an unfinished run (one stopped or killed) in its directory, with its spec.yaml: the fits "
         "it finished (progress.json) are reused, gold and candidates are made again from the same seed, and labeling "
         "skips the shards already written. A fit that did not finish starts over, or, when the run saves training "

@@ -161,7 +161,7 @@ def run_job(
 
     Example::
 
-        run_dir = run_job(load_spec("jobs/stsb_indomain_bm25.yaml", ["data.train_limit=1000"]))
+        run_dir = run_job(load_spec("jobs/stsb_indomain_bm25.yaml", ["sampling.top_k=5"]))
         print((run_dir / "report.md").read_text())
     """
     run = run_domain_transfer if spec.scenario == "domain-transfer" else run_in_domain
