@@ -14,7 +14,8 @@ The job specs are read from jobs/ of this source checkout.
 Each (experiment, seed) is one `augsbert run` of a job spec in jobs/, with `seed` set (it drives the splits,
 train_limit subsets, sampling and training). Runs land in --runs; on a rerun a finished run (its metrics.json)
 is reused and an unfinished one is resumed (`augsbert run --resume`: its finished fits are kept), so a long
-run can be stopped and continued. Writes docs/RESULTS.md and bench/results/reproduce.json.
+run can be stopped and continued. Writes docs/RESULTS.md and bench/results/reproduce.json; a hand-written section
+"## What was tried where a target is missed" in the page is kept when the page is written again.
 
 --part splits an in-domain seed into runs that are each short enough for a machine that cannot keep a run across
 sessions (see PARTS and SPLITS): rest + kde, or lexical + semantic + kde where the rest part may not fit in one;
@@ -277,6 +278,20 @@ def deltas(results: dict, specs: dict) -> list[str]:
     return lines
 
 
+NOTES_HEADING = "## What was tried where a target is missed"
+
+
+def kept_notes(path: Path) -> list[str]:
+    """The page's hand-written section under NOTES_HEADING, with its heading, so that writing the page again keeps
+    what the measured effects cannot say: by how much a target is missed, what was tried and where it is measured."""
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    if NOTES_HEADING not in lines:
+        return []
+    start = lines.index(NOTES_HEADING)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return ["\n".join(lines[start:end]).rstrip(), ""]
+
+
 def describe_hosts(hosts: list[dict]) -> str:
     kinds = sorted({f"{h.get('gpu', '?')} GPU, {h.get('cpus_given_to_ray', '?')} CPUs given to Ray, torch {h.get('torch', '?')}"
                     for h in hosts})
@@ -321,6 +336,7 @@ def write_results(path: Path, results: dict, specs: dict, runs: dict, args: argp
         "",
         *deltas(results, specs),
         "",
+        *kept_notes(path),
         "## Hyperparameters",
         "",
         "Each run's resolved spec, as the run saved it: spec.yaml in its run directory, beside its metrics.json. A seed "
@@ -370,7 +386,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(lexical + kde: one without the semantic strategies)")
     parser.add_argument("--collect", action="store_true", help="run nothing: tabulate the finished runs in --runs")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more overrides for every run's spec")
-    parser.add_argument("--results", default=str(ROOT / "docs" / "RESULTS.md"), help="markdown output (default: %(default)s)")
+    parser.add_argument("--results", default=str(ROOT / "docs" / "RESULTS.md"), help="markdown output; its hand-written section "
+                        f"'{NOTES_HEADING[3:]}' is kept (default: %(default)s)")
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "reproduce.json"), help="JSON output (default: %(default)s)")
 
 

@@ -155,11 +155,34 @@ def test_results_page_links_each_tabulated_runs_spec_instead_of_inlining_it(tmp_
     assert f"Command: `augsbert {' '.join(command)}`" in text
 
 
+def test_results_page_keeps_its_hand_written_notes_when_written_again(tmp_path: Path) -> None:
+    from augsbert_ray.cli import main
+
+    runs = tmp_path / "runs"
+    write_run(runs / "mrpc-full-seed42-20261123-230000", ["bm25"],
+              {"jaccard": 40.0, "zero_shot": 45.0, "cross_encoder": 52.0, "sbert": 60.0, "augsbert_bm25": 59.0, "augsbert_rs": 61.0}, 100.0)
+    page = tmp_path / "RESULTS.md"
+    command = ["reproduce", "--collect", "--only", "mrpc", "--runs", str(runs), "--results", str(page), "--json", str(tmp_path / "r.json")]
+    assert main(command) == 0
+    assert reproduce.NOTES_HEADING not in page.read_text(encoding="utf-8")
+    notes = f"{reproduce.NOTES_HEADING}\n\n- mrpc: BM25 missed by 1.00; tried more silver.\n  Second line.\n"
+    page.write_text(page.read_text(encoding="utf-8").replace("## Hyperparameters", notes + "\n## Hyperparameters"), encoding="utf-8")
+    write_run(runs / "mrpc-full-seed43-20261123-230000", ["bm25"],
+              {"jaccard": 40.0, "zero_shot": 45.0, "cross_encoder": 52.0, "sbert": 62.0, "augsbert_bm25": 61.0, "augsbert_rs": 61.0}, 100.0)
+    assert main(command) == 0
+
+    text = page.read_text(encoding="utf-8")
+    assert "- mrpc: AugSBERT-BM25 - SBERT = -1.00 (target >= +0.0: missed)" in text  # the effects of both seeds
+    assert f"(target >= +0.0: missed); AugSBERT-RS - AugSBERT-BM25 = +1.00 (target <= +0.0: missed)\n\n{notes}\n## Hyperparameters" in text
+    assert text.count(reproduce.NOTES_HEADING) == 1
+
+
 @pytest.mark.parametrize("page, runs", [("RESULTS.md", "reproduce_runs"), ("RESULTS_BEST_TEACHER.md", "reproduce_best_teacher_runs")])
 def test_committed_results_pages_link_committed_specs(page: str, runs: str) -> None:
     page_path = ROOT / "docs" / page
     text = page_path.read_text(encoding="utf-8")
     assert "## Effects against the targets" in text and "```yaml" not in text
+    assert "missed)" in text and reproduce.NOTES_HEADING in text  # each missed target: what was tried
     specs = [path for path in linked_files(page_path) if path.name == "spec.yaml"]
     assert specs and all(path.is_file() for path in specs)
     assert all(path.parent.parent == ROOT / "bench" / "results" / runs for path in specs)
