@@ -64,7 +64,23 @@ def gold_sources(spec: DataSpec, data_dir: str | Path | None = None) -> dict[str
 
 def load_gold(spec: DataSpec, seed: int, data_dir: str | Path | None = None) -> GoldData:
     """Read, validate and split the gold pairs; remove repeated pairs within each split, and dev/test pairs from
-    train per ``on_overlap``. ``eval_limit`` and ``train_limit`` then keep seeded random subsets."""
+    train per ``on_overlap``. ``eval_limit`` and ``train_limit`` then keep seeded random subsets.
+
+    Args:
+        spec: The data section of a job spec: a named dataset, explicit files, or both.
+        seed: Draws the carved dev split, BWS's in-topic split and the ``train_limit``/``eval_limit`` subsets.
+        data_dir: Where named datasets live (default: ``spec.data_dir``, $AUGSBERT_DATA_DIR, else ../shared/data).
+
+    Returns:
+        The train, dev and test tables (sentence1, sentence2, label in [0, 1], topic), with the rows read, the
+        rejects and what cleaning removed.
+
+    Example:
+        ::
+
+            gold = load_gold(DataSpec(dataset="stsb", train_limit=1000), seed=42)
+            gold.train.num_rows, gold.dev.num_rows  # (1000, 1497)
+    """
     task = spec.resolved_task
     sources = gold_sources(spec, data_dir)
     # A file named for two splits (e.g. dev and test) is read, and its rows and rejects counted, once.

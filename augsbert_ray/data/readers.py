@@ -245,6 +245,20 @@ def validate_rows(
 
 
 def read_pairs(source: SourceSpec, task: TaskType) -> ReadResult:
-    """Read one gold file into a pair table (sentence1, sentence2, label, topic) plus its rejects."""
+    """Read one gold file into a pair table (sentence1, sentence2, label, topic) plus its rejects.
+
+    Args:
+        source: The file, its format (default: from the suffix), its columns and its score range.
+        task: ``regression`` scales labels into [0, 1]; ``classification`` needs labels 0 or 1.
+
+    Returns:
+        The accepted rows as a table, each rejected row (file, line, field, reason) and the rows read.
+
+    Example:
+        ::
+
+            read = read_pairs(SourceSpec(path="../shared/data/stsb/sts-dev.csv", format="stsb"), "regression")
+            read.table.num_rows, len(read.rejects)  # (1500, 0)
+    """
     score_range = source.score_range or DEFAULT_SCORE_RANGE.get(source.format or "", (0.0, 1.0))
     return validate_rows(raw_rows(source), source.path, task, score_range)

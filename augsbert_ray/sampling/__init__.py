@@ -30,7 +30,31 @@ def candidate_table(
 ) -> pa.Table:
     """Candidates of one strategy. ``n_random`` sizes random and KDE pools; semantic search needs a
     bi-encoder and the actor resources to embed with. ``found`` keeps the BM25 and semantic neighbours of
-    this pool between calls, so that bm25+semantic unites those already searched instead of searching again."""
+    this pool between calls, so that bm25+semantic unites those already searched instead of searching again.
+
+    Args:
+        strategy: ``random``, ``kde`` (a random pool for selection), ``bm25``, ``semantic`` or ``bm25+semantic``.
+        pool: The sentences to recombine.
+        excluded: Pair codes never to return (``pool.gold_codes``: the gold pairs).
+        spec: The sampling section of a job spec (``top_k``, BM25 shards, the faiss index).
+        seed: Draws the random pairs.
+        n_random: How many pairs ``random`` and ``kde`` draw.
+        semantic_model: The bi-encoder that embeds for ``semantic`` and ``bm25+semantic``.
+        resources: The actor pool that embeds (a job spec's labeling section).
+        found: Neighbours already searched in this pool, filled by this call.
+
+    Returns:
+        The candidate pairs in a deterministic order: sentence1, sentence2, strategy and retrieval_score (BM25
+        score or cosine; null for random pairs and the union).
+
+    Example:
+        ::
+
+            pool = SentencePool.from_pairs(gold.train)
+            gold_pairs = pool.gold_codes([gold.train, gold.dev, gold.test])
+            bm25 = candidate_table("bm25", pool, gold_pairs, SamplingSpec(top_k=3), seed=42)
+            random = candidate_table("random", pool, gold_pairs, SamplingSpec(), seed=42, n_random=bm25.num_rows)
+    """
     found = {} if found is None else found
 
     def neighbours(kind: str) -> Neighbours:

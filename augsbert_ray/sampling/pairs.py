@@ -14,6 +14,19 @@ import pyarrow as pa
 
 
 class SentencePool:
+    """The unique sentences that candidates recombine, numbered in sorted order; a pair is one int64 code.
+
+    Args:
+        sentences: Sentences in any order, repeats allowed.
+
+    Example:
+        ::
+
+            pool = SentencePool.from_pairs(gold.train)
+            codes = pool.gold_codes([gold.train, gold.dev, gold.test])  # never candidates
+            pool.candidates(codes[:3], "gold")  # a candidate table of three gold pairs
+    """
+
     def __init__(self, sentences: Iterable[str]) -> None:
         self.sentences: list[str] = sorted(set(sentences))
         self.index = {sentence: i for i, sentence in enumerate(self.sentences)}

@@ -171,7 +171,25 @@ def mark_accepted(silver: SilverRows, curve: AcceptanceCurve, seed: int) -> Silv
 def select(
     silver: SilverRows, gold_labels: np.ndarray, task: TaskType, seed: int, mode: str = "paper", bins: int = 100
 ) -> tuple[SilverRows, AcceptanceCurve]:
-    """Mark which silver rows KDE (regression) or class-ratio (classification) selection keeps."""
+    """Mark which silver rows KDE (regression) or class-ratio (classification) selection keeps.
+
+    Args:
+        silver: Labeled pairs (sentence1, sentence2, score in [0, 1]): a table, or a Ray Dataset for large sets.
+        gold_labels: The gold train labels whose distribution the kept scores should follow.
+        task: ``regression`` (KDE) or ``classification`` (positives kept, negatives at the gold ratio).
+        seed: Keys the hash of each pair that decides its acceptance.
+        mode: ``paper`` (Q = min(1, F_gold / F_silver)) or ``exact`` (kept density proportional to F_gold).
+        bins: Bins of the silver-score histogram.
+
+    Returns:
+        The same rows with a boolean ``accepted`` column (nothing is dropped), and the acceptance curve.
+
+    Example:
+        ::
+
+            selected, curve = select(silver, gold.train.column("label").to_numpy(), "regression", seed=42)
+            kept = accepted_rows(selected)
+    """
     counts = score_histogram(silver, bins)
     curve = classification_curve(gold_labels, counts) if task == "classification" else regression_curve(gold_labels, counts, mode)
     return mark_accepted(silver, curve, seed), curve

@@ -40,5 +40,29 @@ def fit_bi_encoder(
     name: str,
     model_dir: Path,
 ) -> dict[str, Any]:
+    """Fine-tune a bi-encoder (by default the cosine of its embeddings regressed on each pair's target, see
+    ``spec.loss``) on Ray Train and save it into ``model_dir``.
+
+    Args:
+        spec: The bi_encoder section of a job spec (epochs, learning rate, loss, ...).
+        model: The base model's directory or Hugging Face id (``resolve_model("minilm")``).
+        train_files: Parquet files of pairs (absolute paths: Ray's workers run elsewhere), each with the column that
+            holds its target: gold ``label``, silver ``score``.
+        resources: Ray Train's workers, CPUs, GPU use, bf16 and checkpoint interval.
+        seed: Seeds the data order.
+        storage: Ray Train's storage; a fit stopped midway resumes from its last checkpoint there.
+        name: The fit's name in ``storage`` and in logs.
+        model_dir: Where the trained model is saved.
+
+    Returns:
+        ``train_loss``, ``train_rows``, ``steps`` and ``resumed_from_step``.
+
+    Example:
+        ::
+
+            files = [(str(Path("train.parquet").resolve()), "label"), (str(Path("silver/bm25/part-00000.parquet").resolve()), "score")]
+            fit_bi_encoder(BiEncoderSpec(), resolve_model("minilm"), files,
+                           TrainingSpec(), seed=42, storage=Path("ray_train"), name="augsbert_bm25", model_dir=Path("models/augsbert_bm25"))
+    """
     config = {"spec": spec.model_dump(mode="json"), "model": model, "train_files": train_files, "seed": seed}
     return fit_on_ray(bi_encoder_train_loop, config, resources, storage, name, model_dir)

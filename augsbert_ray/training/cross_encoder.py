@@ -42,5 +42,28 @@ def fit_cross_encoder(
     storage: Path,
     model_dir: Path,
 ) -> dict[str, Any]:
+    """Fine-tune a cross-encoder (fresh one-logit head, BCE loss) on Ray Train and save it into ``model_dir``.
+
+    Args:
+        spec: The cross_encoder section of a job spec (epochs, learning rate, both orders, ...).
+        model: The base model's directory or Hugging Face id (``resolve_model("mpnet")``).
+        train_files: Parquet files of pairs (absolute paths: Ray's workers run elsewhere), each with the column that
+            holds its target.
+        resources: Ray Train's workers, CPUs, GPU use, bf16 and checkpoint interval.
+        seed: Seeds the head and the data order.
+        storage: Ray Train's storage; a fit stopped midway resumes from its last checkpoint there.
+        model_dir: Where the trained model is saved.
+
+    Returns:
+        ``train_loss``, ``train_rows`` (both orders counted), ``steps`` and ``resumed_from_step``.
+
+    Example:
+        ::
+
+            train = Path("train.parquet").resolve()
+            pq.write_table(gold.train, train)
+            fit_cross_encoder(CrossEncoderSpec(model="minilm"), resolve_model("minilm"), [(str(train), "label")],
+                              TrainingSpec(), seed=42, storage=Path("ray_train"), model_dir=Path("models/cross_encoder"))
+    """
     config = {"spec": spec.model_dump(mode="json"), "model": model, "train_files": train_files, "seed": seed}
     return fit_on_ray(cross_encoder_train_loop, config, resources, storage, "cross_encoder", model_dir)
