@@ -972,3 +972,14 @@ def test_ray_failure_reads_a_ray_data_udf_error_from_its_remote_traceback(ray_se
     with pytest.raises(Exception) as raised:
         ray.data.from_items([{"a": 1}]).map_batches(Fails, compute=ray.data.ActorPoolStrategy(size=1), batch_size=1, num_cpus=0).materialize()
     assert ray_failure(raised.value) == ("KeyError: \"no column 'x'\"", 1)
+
+
+def test_a_missing_training_file_is_named_before_ray_train_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from augsbert_ray.config import BiEncoderSpec, TrainingSpec
+    from augsbert_ray.training import fit_bi_encoder
+
+    monkeypatch.chdir(tmp_path)  # a relative path is named as the absolute one the workers would have read
+    with pytest.raises(FileNotFoundError, match=rf"^training sbert: no such file: {re.escape(str(tmp_path / 'gone.parquet'))}$"):
+        fit_bi_encoder(BiEncoderSpec(), "minilm", [("gone.parquet", "label")], TrainingSpec(), 0, tmp_path / "ray_train", "sbert",
+                       tmp_path / "model")
+    assert not (tmp_path / "ray_train").exists()

@@ -48,6 +48,7 @@ def test_time_left_reads_in_minutes_or_hours() -> None:
 
 
 FIT_IN_A_NEW_RAY = """
+import os
 import sys
 from pathlib import Path
 
@@ -59,14 +60,15 @@ from augsbert_ray.runtime import chatter_to, init_ray, setup_logging
 from augsbert_ray.training import fit_bi_encoder
 
 model, work = sys.argv[1], Path(sys.argv[2])
+os.chdir(work)  # relative paths, as a user in a notebook gives them
 pairs = pa.table({"sentence1": [f"a cat number {i}" for i in range(64)], "sentence2": [f"a dog {i}" for i in range(64)],
                   "label": pa.array([i / 64 for i in range(64)], pa.float32())})
-pq.write_table(pairs, work / "pairs.parquet")
+pq.write_table(pairs, "pairs.parquet")
 setup_logging()
 with chatter_to(work / "run.log"):  # as `augsbert run` does without -v
     init_ray(num_cpus=2)
-    fit_bi_encoder(BiEncoderSpec(model=model, batch_size=8), model, [(str(work / "pairs.parquet"), "label")],
-                   TrainingSpec(cpus_per_worker=1), 0, work / "ray_train", "sbert", work / "model")
+    fit_bi_encoder(BiEncoderSpec(model=model, batch_size=8), model, [("pairs.parquet", "label")],
+                   TrainingSpec(cpus_per_worker=1), 0, Path("ray_train"), "sbert", Path("model"))
 """
 
 CHATTER = r"""
@@ -149,3 +151,4 @@ def test_a_fit_on_ray_prints_each_progress_line_once(tiny_model: Path, tmp_path:
     assert not [line for line in console if not CONSOLE_LINE.match(line)], console
     log = (tmp_path / "run.log").read_text()
     assert "Started a local Ray instance" in log and "fit sbert: step 8/8 (100%)" in log
+    assert (tmp_path / "model" / "model.safetensors").is_file()  # given relative paths, from the fit's directory

@@ -46,8 +46,8 @@ def fit_bi_encoder(
     Args:
         spec: The bi_encoder section of a job spec (epochs, learning rate, loss, ...).
         model: The base model's directory or Hugging Face id (``resolve_model("minilm")``).
-        train_files: Parquet files of pairs (absolute paths: Ray's workers run elsewhere), each with the column that
-            holds its target: gold ``label``, silver ``score``.
+        train_files: Parquet files of pairs, each with the column that holds its target: gold ``label``, silver
+            ``score``.
         resources: Ray Train's workers, CPUs, GPU use, bf16 and checkpoint interval.
         seed: Seeds the data order.
         storage: Ray Train's storage; a fit stopped midway resumes from its last checkpoint there.
@@ -60,7 +60,7 @@ def fit_bi_encoder(
     Example:
         ::
 
-            files = [(str(Path("train.parquet").resolve()), "label"), (str(Path("silver/bm25/part-00000.parquet").resolve()), "score")]
+            files = [("train.parquet", "label"), ("silver/bm25/part-00000.parquet", "score")]
             fit_bi_encoder(BiEncoderSpec(), resolve_model("minilm"), files,
                            TrainingSpec(), seed=42, storage=Path("ray_train"), name="augsbert_bm25", model_dir=Path("models/augsbert_bm25"))
     """

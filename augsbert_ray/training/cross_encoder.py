@@ -47,8 +47,7 @@ def fit_cross_encoder(
     Args:
         spec: The cross_encoder section of a job spec (epochs, learning rate, both orders, ...).
         model: The base model's directory or Hugging Face id (``resolve_model("mpnet")``).
-        train_files: Parquet files of pairs (absolute paths: Ray's workers run elsewhere), each with the column that
-            holds its target.
+        train_files: Parquet files of pairs, each with the column that holds its target.
         resources: Ray Train's workers, CPUs, GPU use, bf16 and checkpoint interval.
         seed: Seeds the head and the data order.
         storage: Ray Train's storage; a fit stopped midway resumes from its last checkpoint there.
@@ -60,9 +59,8 @@ def fit_cross_encoder(
     Example:
         ::
 
-            train = Path("train.parquet").resolve()
-            pq.write_table(gold.train, train)
-            fit_cross_encoder(CrossEncoderSpec(model="minilm"), resolve_model("minilm"), [(str(train), "label")],
+            pq.write_table(gold.train, "train.parquet")
+            fit_cross_encoder(CrossEncoderSpec(model="minilm"), resolve_model("minilm"), [("train.parquet", "label")],
                               TrainingSpec(), seed=42, storage=Path("ray_train"), model_dir=Path("models/cross_encoder"))
     """
     config = {"spec": spec.model_dump(mode="json"), "model": model, "train_files": train_files, "seed": seed}

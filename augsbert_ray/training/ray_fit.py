@@ -197,11 +197,16 @@ def fit_on_ray(
     name: str,
     model_dir: Path,
 ) -> dict[str, Any]:
-    """Fit with ``resources.num_workers`` Ray Train workers and copy the final model to ``model_dir``."""
+    """Fit with ``resources.num_workers`` Ray Train workers and copy the final model to ``model_dir``. The training
+    files are checked and made absolute here, as the workers run in other directories."""
+    train_files = [(str(Path(path).resolve()), target) for path, target in loop_config["train_files"]]
+    if missing := [path for path, _ in train_files if not Path(path).is_file()]:
+        raise FileNotFoundError(f"training {name}: no such file: {missing[0]}")
     trainer = TorchTrainer(
         train_loop,
         train_loop_config={
             **loop_config,
+            "train_files": train_files,
             "name": name,
             "threads": max(1, int(resources.cpus_per_worker)),
             "checkpoint_every": resources.checkpoint_every,
