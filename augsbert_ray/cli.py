@@ -354,6 +354,20 @@ def add_job_arguments(command: argparse.ArgumentParser, example_job: str, exampl
     command.add_argument("--data-dir", help="directory holding the named datasets")
 
 
+def version_line() -> str:
+    """This package's version and those of the libraries a bug report needs, read without importing them."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    libraries = ", ".join(f"{name} {installed(name)}" for name in ("ray", "sentence-transformers", "torch", "transformers"))
+    return f"augsbert-ray {installed('augsbert-ray')} ({libraries}; Python {sys.version.split()[0]})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="augsbert",
@@ -361,6 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=version_line(), help="the versions of augsbert-ray and "
+                        "the libraries it runs on, for a bug report")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging, Ray's and the libraries' output on the console (else in the run's run.log), and the traceback of a failure that came through Ray")
     commands = parser.add_subparsers(dest="command", required=True)
 

@@ -16,6 +16,16 @@ def test_help(command: list[str]) -> None:
     assert "usage: augsbert" in out.stdout
 
 
+def test_version_names_the_package_and_its_libraries(capsys) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"augsbert-ray {version('augsbert-ray')} (ray {version('ray')}, ") and f"torch {version('torch')}" in line
+
+
 def test_run_reports_spec_errors(tmp_path: Path, capsys) -> None:
     job = tmp_path / "job.yaml"
     job.write_text("sampling:\n  strategy: bm25\n")
