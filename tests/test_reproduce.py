@@ -182,7 +182,7 @@ def test_committed_results_pages_link_committed_specs(page: str, runs: str) -> N
     page_path = ROOT / "docs" / page
     text = page_path.read_text(encoding="utf-8")
     assert "## Effects against the targets" in text and "```yaml" not in text
-    assert "missed)" in text and reproduce.NOTES_HEADING in text  # each missed target: what was tried
+    assert "missed)" not in text or reproduce.NOTES_HEADING in text  # a missed target: what was tried
     specs = [path for path in linked_files(page_path) if path.name == "spec.yaml"]
     assert specs and all(path.is_file() for path in specs)
     assert all(path.parent.parent == ROOT / "bench" / "results" / runs for path in specs)
