@@ -120,7 +120,7 @@ def _label_files(args: argparse.Namespace) -> int:
     from augsbert_ray.data import read_sentences
     from augsbert_ray.labeling import LabelJob, Teacher, label_dataset, label_files
     from augsbert_ray.models import resolve_model
-    from augsbert_ray.runtime import init_ray
+    from augsbert_ray.runtime import check_cpu_bf16, init_ray
 
     min_actors, max_actors = args.actors
     try:
@@ -131,6 +131,7 @@ def _label_files(args: argparse.Namespace) -> int:
         )
     except ValidationError as exc:
         raise _flag_errors(exc) from None
+    check_cpu_bf16(args.address, {"--precision bf16": spec.precision == "bf16" and spec.gpus_per_actor == 0})
     teacher_file = Path(args.model)
     teacher = Teacher.load(teacher_file) if teacher_file.is_file() else Teacher.cross_encoder(resolve_model(args.model))
     text_columns = tuple(args.text_columns.split(","))

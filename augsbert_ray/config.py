@@ -328,7 +328,8 @@ class TrainingSpec(_Strict):
     bf16: bool = Field(
         False,
         description="bf16 mixed precision (autocast; the weights and optimizer stay fp32) in every fit: for GPUs with bf16 "
-        "and CPUs with AVX512-BF16 or AMX, where a step of the mpnet cross-encoder took 0.53 of its fp32 time.",
+        "and CPUs with AVX512-BF16 or AMX, where a step of the mpnet cross-encoder took 0.53 of its fp32 time (on a CPU "
+        "without them 45 times it: an error on an embedded Ray).",
     )
 
 

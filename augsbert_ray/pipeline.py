@@ -18,7 +18,7 @@ from augsbert_ray.evaluation import Evaluation
 from augsbert_ray.layout import METRICS_FILE, REPORT_FILE, SPEC_FILE, bi_encoder_name
 from augsbert_ray.report import plot_score_densities, write_report
 from augsbert_ray.resume import FINGERPRINT_FILE, changed_entries, describe, fit_still_matches, run_fingerprint, write_fingerprint
-from augsbert_ray.runtime import RUN_LOG, chatter_to, init_ray, log
+from augsbert_ray.runtime import RUN_LOG, chatter_to, check_cpu_bf16, init_ray, log
 from augsbert_ray.stages import (
     CandidateSource, Fit, FitLedger, Gold, RunContext, Silver, StageClock, check_teacher, evaluate_models, given_target_pairs,
     make_silver, read_gold, read_target, silver_by_top_k, silver_dirs_by_k, student_fitter, teacher_stage, train_bi_encoder,
@@ -64,6 +64,10 @@ def start_run(
 ) -> RunContext:
     """A new run directory (``run_dir``, made by new_run_dir, or a new one) with spec.yaml and the run's fingerprint,
     or the unfinished run ``resume``; then Ray."""
+    check_cpu_bf16(spec.ray.address, {
+        "training.bf16": spec.training.bf16 and not spec.training.use_gpu,
+        "labeling.precision bf16": spec.labeling.precision == "bf16" and spec.labeling.gpus_per_actor == 0,
+    })
     if resume is None:
         ctx = RunContext.open(spec, run_dir or new_run_dir(spec))
         (ctx.layout.root / SPEC_FILE).write_text(dump_spec(spec), encoding="utf-8")

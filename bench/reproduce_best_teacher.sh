@@ -43,9 +43,15 @@ QUEUE=(
 )
 [ $# -gt 0 ] && QUEUE=("$@")
 read -ra more <<< "${REPRODUCE_ARGS:-}"
-# every run: labeling and fits at bf16; small shards and a training state every 50 steps (little work lost when
-# stopped, e.g. an mpnet teacher's fit at a session end)
-COMMON=(labeling.precision=bf16 training.bf16=true labeling.shard_rows=5000 training.checkpoint_every=50)
+# labeling and fits at bf16 on a GPU or a CPU with bf16 instructions, else at fp32 (augsbert refuses CPU bf16 there:
+# 8-45 times slower, bench/cpu_bf16.py); every run: small shards and a training state every 50 steps (little work
+# lost when stopped, e.g. an mpnet teacher's fit at a session end)
+if [[ " ${more[*]} " == *" --gpu "* ]] || "$PYTHON" -c "import sys; from augsbert_ray.runtime import cpu_has_bf16; sys.exit(not cpu_has_bf16())"; then
+    BF16=true; COMMON=(labeling.precision=bf16 training.bf16=true)
+else
+    BF16=false; COMMON=()
+fi
+COMMON+=(labeling.shard_rows=5000 training.checkpoint_every=50)
 
 teacher_settings() {  # TASK MODELS: the task's chosen teacher, as bench/teacher_study.py's reproduction_settings
     "$PYTHON" - "$1" "$2" "$COMMITTED/choice.json" <<'EOF'
@@ -60,8 +66,8 @@ EOF
 for item in "${QUEUE[@]}"; do
     read -r experiment seed parts <<< "$item"
     case "$experiment" in transfer_*) task=stsb_1k ;; *) task="$experiment" ;; esac
-    if [ "$task" = "$experiment" ]; then  # the study cell (fits at bf16, as the parts'), then its fitted teachers
-        "$PYTHON" bench/teacher_study.py --task "$task" --seeds "$seed" --work "$STUDY" --set training.bf16=true
+    if [ "$task" = "$experiment" ]; then  # the study cell (fits at the parts' precision), then its fitted teachers
+        "$PYTHON" bench/teacher_study.py --task "$task" --seeds "$seed" --work "$STUDY" --set training.bf16=$BF16
     fi
     # given the study cell's fits where they were made on this machine (a transfer fits its own on all of STSb)
     read -ra settings <<< "$(teacher_settings "$task" "$STUDY/$experiment-seed$seed/models")"

@@ -983,3 +983,40 @@ def test_a_missing_training_file_is_named_before_ray_train_starts(tmp_path: Path
         fit_bi_encoder(BiEncoderSpec(), "minilm", [("gone.parquet", "label")], TrainingSpec(), 0, tmp_path / "ray_train", "sbert",
                        tmp_path / "model")
     assert not (tmp_path / "ray_train").exists()
+
+
+# --- bf16 on a CPU without bf16 instructions ---------------------------------------------------------------------
+
+
+def test_cpu_bf16_follows_the_cpus_flags() -> None:
+    from augsbert_ray.runtime import cpu_has_bf16
+
+    flags = set(re.search(r"^flags\s*:(.*)$", Path("/proc/cpuinfo").read_text(), re.MULTILINE)[1].split())
+    assert cpu_has_bf16() == bool(flags & {"avx512_bf16", "amx_tile"})
+
+
+def test_bf16_on_a_cpu_without_it_stops_before_ray_starts(monkeypatch: pytest.MonkeyPatch, data_dir: Path, tmp_path: Path, capsys) -> None:
+    """Without bf16 instructions, torch runs bf16 8-45 times slower than fp32 (runtime.cpu_has_bf16): a run or a
+    labeling job asking for it on this machine's CPU stops at once, naming the settings."""
+    from augsbert_ray import runtime
+
+    monkeypatch.setattr(runtime, "cpu_has_bf16", lambda: False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.chdir(REPO)
+    both = ["--set", "training.bf16=true", "--set", "labeling.precision=bf16"]
+    assert main(["run", "jobs/stsb_indomain_bm25.yaml", "--data-dir", str(data_dir), "--set", f"output_dir={tmp_path}", *both]) == 2
+    assert capsys.readouterr().err == (
+        "augsbert run: error: training.bf16 and labeling.precision bf16: this CPU has no bf16 instructions (AVX512-BF16 "
+        "or AMX), where bf16 runs 8-45 times slower than fp32; use fp32 here, or bf16 on a GPU\n"
+    )
+    assert [path.name for path in tmp_path.glob("*/*")] == ["run.log"]  # nothing read, fitted or labeled
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("sentence1,sentence2\na cat,a dog\n", encoding="utf-8")
+    assert main(["label", "--model", "minilm", "--input", str(pairs), "--output", str(tmp_path / "out"), "--precision", "bf16"]) == 2
+    assert "augsbert label: error: --precision bf16: this CPU has no bf16 instructions" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+    runtime.check_cpu_bf16(None, {"training.bf16": False, "labeling.precision bf16": False})  # fp32, or bf16 on a GPU
+    runtime.check_cpu_bf16("auto", {"training.bf16": True})  # a cluster's CPUs are not this machine's
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
+    runtime.check_cpu_bf16(None, {"training.bf16": True})
