@@ -56,11 +56,16 @@ def configure_torch_threads(threads: int) -> None:
 
 
 def cpu_has_bf16() -> bool:
-    """Whether this machine's CPU has bf16 instructions (AVX512-BF16 or AMX). Without them torch runs bf16 many
+    """Whether this machine's x86 CPU has bf16 instructions (AVX512-BF16 or AMX). Without them torch runs bf16 many
     times slower than fp32 (bench/cpu_bf16.py: on a 2-core AVX2 AMD EPYC, 45 times for a training step of the mpnet
-    cross-encoder under bf16 autocast, 8 times for scoring with bf16 weights)."""
+    cross-encoder under bf16 autocast, 8 times for scoring with bf16 weights). Other CPUs (ARM, with its own bf16
+    extension) are not judged: True."""
+    import platform
+
     import torch
 
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return True
     return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
