@@ -13,6 +13,7 @@ import argparse
 import json
 import platform
 import time
+from pathlib import Path
 
 import torch
 from sentence_transformers import CrossEncoder
@@ -25,7 +26,8 @@ SECOND = "Someone plays an instrument in front of a large group of people."
 
 
 def cpu_name() -> str:
-    for line in open("/proc/cpuinfo", encoding="utf-8") if platform.system() == "Linux" else ():
+    cpuinfo = Path("/proc/cpuinfo")
+    for line in cpuinfo.read_text(encoding="utf-8").splitlines() if cpuinfo.is_file() else ():
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
