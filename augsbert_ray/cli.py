@@ -131,7 +131,7 @@ def _label_files(args: argparse.Namespace) -> int:
         )
     except ValidationError as exc:
         raise _flag_errors(exc) from None
-    check_cpu_bf16(args.address, {"--precision bf16": spec.precision == "bf16" and spec.gpus_per_actor == 0})
+    check_cpu_bf16(args.address, {"--precision bf16": spec.bf16_on_cpu})
     teacher_file = Path(args.model)
     teacher = Teacher.load(teacher_file) if teacher_file.is_file() else Teacher.cross_encoder(resolve_model(args.model))
     text_columns = tuple(args.text_columns.split(","))

@@ -312,6 +312,10 @@ class LabelingSpec(_Strict):
                 raise ValueError(message)
         return self
 
+    @property
+    def bf16_on_cpu(self) -> bool:
+        return self.precision == "bf16" and self.gpus_per_actor == 0
+
 
 class TrainingSpec(_Strict):
     """How Ray Train runs each fit."""

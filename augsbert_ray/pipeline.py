@@ -64,10 +64,8 @@ def start_run(
 ) -> RunContext:
     """A new run directory (``run_dir``, made by new_run_dir, or a new one) with spec.yaml and the run's fingerprint,
     or the unfinished run ``resume``; then Ray."""
-    check_cpu_bf16(spec.ray.address, {
-        "training.bf16": spec.training.bf16 and not spec.training.use_gpu,
-        "labeling.precision bf16": spec.labeling.precision == "bf16" and spec.labeling.gpus_per_actor == 0,
-    })
+    check_cpu_bf16(spec.ray.address, {"training.bf16": spec.training.bf16 and not spec.training.use_gpu,
+                                      "labeling.precision bf16": spec.labeling.bf16_on_cpu})
     if resume is None:
         ctx = RunContext.open(spec, run_dir or new_run_dir(spec))
         (ctx.layout.root / SPEC_FILE).write_text(dump_spec(spec), encoding="utf-8")
