@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import logging
 import os
@@ -79,6 +80,16 @@ def check_cpu_bf16(address: str | None, asked: dict[str, bool]) -> None:
                         "8-45 times slower than fp32; use fp32 here, or bf16 on a GPU")
 
 
+def check_dashboard_packages() -> None:
+    """Ray's dashboard needs the packages of ray[default]; without them ray.init fails with a traceback and a
+    generic message. Ray itself tells them apart by this import."""
+    try:
+        importlib.import_module("ray.dashboard.optional_deps")
+    except ImportError as exc:
+        raise SpecError(f"the embedded Ray's dashboard, whose State API Ray Train's fits need, lacks a package ({exc}): "
+                        f"pip install 'ray[default]=={ray.__version__}'") from None
+
+
 def init_ray(address: str | None = None, num_cpus: int | None = None, dashboard: bool = True) -> None:
     """Join a cluster when ``address`` is given, else start an embedded local Ray whose ports listen on
     127.0.0.1 only. Reuses a running one. The token file Ray reads must be private; a new local Ray gets one.
@@ -126,6 +137,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, dashboard:
         # controller is alive. Without a dashboard it logs a warning every second of every fit. Unpinned,
         # it auto-detects a cluster: with another Ray on the host it can ask the wrong one, judge the
         # controller dead and remove a running fit's placement group, or find several and fail each query.
+        check_dashboard_packages()
         port = free_local_port()
         env_vars.update(LOCAL_TRAIN_ENV, RAY_API_SERVER_ADDRESS=f"http://127.0.0.1:{port}")
         with _loopback_node():

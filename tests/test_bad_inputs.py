@@ -1024,3 +1024,19 @@ def test_bf16_on_a_cpu_without_it_stops_before_ray_starts(monkeypatch: pytest.Mo
     runtime.check_cpu_bf16("auto", {"training.bf16": True})  # a cluster's CPUs are not this machine's
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
     runtime.check_cpu_bf16(None, {"training.bf16": True})
+
+
+def test_a_ray_without_its_dashboard_packages_stops_with_one_line(monkeypatch: pytest.MonkeyPatch, data_dir: Path, tmp_path: Path, capsys) -> None:
+    """A Ray installed without ray[default] (as on a lent GPU machine's image) made ray.init fail with a traceback
+    and "Cannot include dashboard with missing packages."; a run now stops with one line that says what to install."""
+    import ray
+
+    monkeypatch.setitem(sys.modules, "ray.dashboard.optional_deps", None)  # its import raises ImportError, as there
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # as a fresh `augsbert run` finds it
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.chdir(REPO)
+    assert main(["run", "jobs/stsb_indomain_bm25.yaml", "--data-dir", str(data_dir), "--set", f"output_dir={tmp_path}"]) == 2
+    assert capsys.readouterr().err == (
+        "augsbert run: error: the embedded Ray's dashboard, whose State API Ray Train's fits need, lacks a package "
+        "(import of ray.dashboard.optional_deps halted; None in sys.modules): pip install 'ray[default]==2.60.0'\n"
+    )
