@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from augsbert_ray.files import atomic_path
-from augsbert_ray.runtime import configure_torch_threads
+from augsbert_ray.runtime import configure_torch_threads, warn_cpu_bf16
 
 ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 CALIBRATION_PAIRS = 256  # int8: pairs whose activations set the smoothing scales
@@ -57,6 +57,19 @@ def weights_dtype(precision: str) -> Any:
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
 
 
+
+def actor_device(precision: str, threads: int) -> tuple[str, Any]:
+    """A labeling actor's device ('cuda' where it sees a GPU) and weights dtype (weights_dtype), with its tokenizer's
+    threads set for that device; bf16 on a CPU without bf16 instructions logs a warning naming the node."""
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    use_tokenizer_threads(device, threads)
+    dtype = weights_dtype(precision)
+    if device == "cpu" and dtype is torch.bfloat16:
+        warn_cpu_bf16("a labeling actor")
+    return device, dtype
+
 class PairModel:
     """Scores padded batches of token ids. One per actor; loaded once."""
 
@@ -65,13 +78,10 @@ class PairModel:
         calibration_pairs: list[tuple[str, str]] | None = None,
     ) -> None:
         configure_torch_threads(threads)
-        import torch
         from sentence_transformers import CrossEncoder
 
         # LabelingSpec has checked the precision against the runtime and the actor's device
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        use_tokenizer_threads(self.device, threads)
-        dtype = weights_dtype(precision)
+        self.device, dtype = actor_device(precision, threads)
         self.cross_encoder = CrossEncoder(model, device=self.device, max_length=max_seq_length)
         if dtype is not None:
             self.cross_encoder.to(dtype)
@@ -111,13 +121,10 @@ class EmbeddingModel:
 
     def __init__(self, model: str, precision: str, threads: int, max_seq_length: int | None) -> None:
         configure_torch_threads(threads)
-        import torch
         from sentence_transformers import SentenceTransformer
 
         # LabelingSpec and LabelJob have checked the precision against the device and the teacher
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        use_tokenizer_threads(self.device, threads)
-        dtype = weights_dtype(precision)
+        self.device, dtype = actor_device(precision, threads)
         self.encoder = SentenceTransformer(model, device=self.device)
         if dtype is not None:
             self.encoder.to(dtype)

@@ -19,7 +19,7 @@ from ray.train.torch import TorchTrainer
 
 from augsbert_ray.config import EncoderSpec, TrainingSpec
 from augsbert_ray.layout import TrainFile
-from augsbert_ray.runtime import configure_torch_threads, format_seconds, log, setup_worker_logging
+from augsbert_ray.runtime import configure_torch_threads, format_seconds, log, setup_worker_logging, warn_cpu_bf16
 
 
 
@@ -159,6 +159,10 @@ def train_and_report(
     config: dict[str, Any], find_unused_parameters: bool,
 ) -> None:
     """Worker side of every fit: run the sentence-transformers trainer and report the final model."""
+    import torch
+
+    if config["bf16"] and not torch.cuda.is_available():
+        warn_cpu_bf16(f"fit {config['name']}")
     with tempfile.TemporaryDirectory() as output_dir:
         args = training_arguments(
             args_cls, spec, config["seed"], output_dir, find_unused_parameters, config["checkpoint_every"], bf16=config["bf16"]
