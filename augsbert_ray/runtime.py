@@ -80,13 +80,13 @@ def check_cpu_bf16(address: str | None, asked: dict[str, bool]) -> None:
                         "8-45 times slower than fp32; use fp32 here, or bf16 on a GPU")
 
 
-
 def warn_cpu_bf16(work: str) -> None:
     """What check_cpu_bf16 cannot see from the driver (a cluster's nodes): ``work`` running bf16 on this node's CPU,
     where it has no bf16 instructions, logs a warning naming the node."""
     if not cpu_has_bf16():
         log.warning("%s runs bf16 on the CPU of %s, which has no bf16 instructions (AVX512-BF16 or AMX): 8-45 times "
                     "slower than fp32 there", work, socket.gethostname())
+
 
 def check_dashboard_packages() -> None:
     """Ray's dashboard needs the packages of ray[default]; without them ray.init fails with a traceback and a

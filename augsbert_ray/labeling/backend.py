@@ -57,7 +57,6 @@ def weights_dtype(precision: str) -> Any:
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
 
 
-
 def actor_device(precision: str, threads: int) -> tuple[str, Any]:
     """A labeling actor's device ('cuda' where it sees a GPU) and weights dtype (weights_dtype), with its tokenizer's
     threads set for that device; bf16 on a CPU without bf16 instructions logs a warning naming the node."""
@@ -69,6 +68,7 @@ def actor_device(precision: str, threads: int) -> tuple[str, Any]:
     if device == "cpu" and dtype is torch.bfloat16:
         warn_cpu_bf16("a labeling actor")
     return device, dtype
+
 
 class PairModel:
     """Scores padded batches of token ids. One per actor; loaded once."""
