@@ -3,8 +3,8 @@
 # bf16 (training and labeling), SIGKILLed with its whole process tree (driver and embedded Ray) once the teacher's
 # fit has passed step KILL_AT (a training state every 50 steps), then `augsbert run --resume` to the end. Prints the
 # step the fit went on from, the metrics and each stage's wall time; logs and metrics.json go to $OUT (or ./gpu_check).
-# Needs the packages and data importable as on a CPU machine (PYTHONPATH, AUGSBERT_DATA_DIR); docs/BENCHMARKS.md
-# says how they travelled to the device and what this printed.
+# Needs the packages and data importable as on a CPU machine (PYTHONPATH, AUGSBERT_DATA_DIR): on a lent machine
+# of this workplace, bench/device_kit.sh brings them. docs/BENCHMARKS.md has what this printed.
 #   bench/gpu_resume_check.sh [JOB] [KILL_AT]
 set -euo pipefail
 cd "$(dirname "$0")/.."
