@@ -1027,7 +1027,6 @@ def test_bf16_on_a_cpu_without_it_stops_before_ray_starts(monkeypatch: pytest.Mo
     runtime.check_cpu_bf16(None, {"training.bf16": True})
 
 
-
 def test_bf16_on_a_nodes_cpu_without_it_warns_there(monkeypatch: pytest.MonkeyPatch, tiny_model: Path, caplog) -> None:
     """The driver judges only its own CPU: on a cluster, a labeling actor (and a fit, ray_fit.train_and_report) that
     runs bf16 on a CPU without bf16 instructions logs one warning naming its node; fp32 logs none."""
@@ -1043,6 +1042,7 @@ def test_bf16_on_a_nodes_cpu_without_it_warns_there(monkeypatch: pytest.MonkeyPa
         f"a labeling actor runs bf16 on the CPU of {socket.gethostname()}, which has no bf16 instructions (AVX512-BF16 "
         "or AMX): 8-45 times slower than fp32 there"
     ]
+
 
 def test_a_ray_without_its_dashboard_packages_stops_with_one_line(monkeypatch: pytest.MonkeyPatch, data_dir: Path, tmp_path: Path, capsys) -> None:
     """A Ray installed without ray[default] (as on a lent GPU machine's image) made ray.init fail with a traceback

@@ -101,8 +101,7 @@ def progress_callback(name: str, every_seconds: float = 30.0) -> Any:
             last = state.global_step >= state.max_steps
             done = f"fit {name}: step {state.global_step}/{state.max_steps} ({100 * state.global_step / state.max_steps:.0f}%)"
             if self.first_done is None:
-                # the rate starts after the first step, which pays for warming up (CUDA, the data loader): from the
-                # fit's start, an H200 fit's first line read 0.27 steps/s and ETA 31m for a 1-minute fit
+                # the rate starts after the first step, which pays for warming up (CUDA, the data loader)
                 self.first_done = (state.global_step, now)
                 if state.is_world_process_zero and not last:
                     self.shown = now
