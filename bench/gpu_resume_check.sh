@@ -5,11 +5,12 @@
 # step the fit went on from, the metrics and each stage's wall time; logs and metrics.json go to $OUT (or ./gpu_check).
 # Needs the packages and data importable as on a CPU machine (PYTHONPATH, AUGSBERT_DATA_DIR): on a lent machine
 # of this workplace, bench/device_kit.sh brings them. docs/BENCHMARKS.md has what this printed.
-#   bench/gpu_resume_check.sh [JOB] [KILL_AT]
+#   bench/gpu_resume_check.sh [JOB] [KILL_AT] [SETTING...]    (SETTINGs as --set takes them, after the GPU ones)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOB="${1:-jobs/stsb_indomain_bm25.yaml}"
 KILL_AT="${2:-120}"
+shift $(( $# < 2 ? $# : 2 ))
 OUT="${OUT:-gpu_check}"
 PYTHON="${PYTHON:-python3}"
 export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -17,7 +18,7 @@ mkdir -p "$OUT"
 runs="$(mktemp -d /tmp/gpu_check.XXXX)"
 settings=(output_dir="$runs" training.use_gpu=true training.bf16=true training.checkpoint_every=50
           training.cpus_per_worker=4 labeling.precision=bf16 labeling.gpus_per_actor=0.5 labeling.cpus_per_actor=4
-          evaluation.gpus=0.5)
+          evaluation.gpus=0.5 "$@")
 overrides=(); for setting in "${settings[@]}"; do overrides+=(--set "$setting"); done
 "$PYTHON" -c "import torch; print('device:', torch.cuda.get_device_name(), '| torch', torch.__version__)"
 
