@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What a lent GPU machine needs to run augsbert, packed to travel in the calls of this workplace's device tool (at
 # most 64 MiB each, the repository included; nothing can be fetched there). Its image has Python 3.12 with a CUDA
-# torch, transformers, pyarrow and friends, but not Ray, sentence-transformers 6.2, bm25s, faiss, datasets, pydantic or Ray's
-# dashboard packages. Two parts, one per call:
+# torch, transformers, pyarrow and friends, but not Ray, sentence-transformers 6.2, bm25s, faiss, datasets, pydantic
+# or Ray's dashboard packages. Two parts, one per call:
 #   DIR/base: Ray 2.60.0's wheel without its Java jars, rllib and source maps, binaries stripped (xz); the other
 #     missing packages as wheels; STSb (xz). About 56 MB (faiss-cpu, for the semantic strategies, 19 MB of it).
 #   DIR/minilm: the packaged all-MiniLM-L6-v2 with its weights in bf16 (xz, about 32 MB), cast back to fp32 there.
