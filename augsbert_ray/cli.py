@@ -118,7 +118,7 @@ def _label(args: argparse.Namespace) -> int:
 def _label_files(args: argparse.Namespace) -> int:
     from augsbert_ray.config import LabelingSpec
     from augsbert_ray.data import read_sentences
-    from augsbert_ray.labeling import LabelJob, Teacher, label_dataset, label_files
+    from augsbert_ray.labeling import LabelJob, Teacher, label_dataset, label_files, labels_in_process
     from augsbert_ray.models import resolve_model
     from augsbert_ray.runtime import check_cpu_bf16, init_ray
 
@@ -145,7 +145,8 @@ def _label_files(args: argparse.Namespace) -> int:
         job = LabelJob(teacher, spec, strategy=args.strategy)
         check_output_dir(output, "--output")  # before Ray starts and the pairs are made
         init_ray(args.address, dashboard=False)
-        result = label_dataset(_pair_sentences(sentences, args), output, job, output / "_candidates" / f"{args.strategy}.parquet")
+        here = labels_in_process(spec, args.address)  # the pairs were made on this machine's Ray
+        result = label_dataset(_pair_sentences(sentences, args), output, job, output / "_candidates" / f"{args.strategy}.parquet", here)
     else:
         job = LabelJob(teacher, spec, text_columns=text_columns)
         result = label_files(args.input, output, job, fmt=args.format, address=args.address)

@@ -27,7 +27,7 @@ from augsbert_ray.config import TOP_K_STRATEGIES, BiEncoderSpec, DataSpec, JobSp
 from augsbert_ray.data import GoldData, check_gold_usable, check_reject_fractions, load_gold, read_sentences, write_rejects
 from augsbert_ray.evaluation import Evaluation, dev_metric, evaluate_on_ray, metrics_from_scores, score_pairs_on_ray
 from augsbert_ray.files import atomic_write_text
-from augsbert_ray.labeling import LabelJob, Teacher, TeacherMember, label_dataset
+from augsbert_ray.labeling import LabelJob, Teacher, TeacherMember, label_dataset, labels_in_process
 from augsbert_ray.layout import PROGRESS_FILE, RunLayout, TrainFile, bi_encoder_name, silver_files
 from augsbert_ray.models import resolve_model
 from augsbert_ray.runtime import log
@@ -440,8 +440,9 @@ def label_candidates(spec: JobSpec, layout: RunLayout, strategy: str, candidates
     directory and the pairs labeled."""
     labeled_dir = layout.labeled(strategy)
     job = LabelJob(teacher, spec.labeling, strategy=strategy, onnx_cache=layout.onnx_cache)
-    log.info("labeling %d %s candidates with %s", candidates.num_rows, strategy, job.labeler)
-    return labeled_dir, label_dataset(candidates, labeled_dir, job, layout.candidates(strategy)).labeled
+    here = labels_in_process(spec.labeling, spec.ray.address)
+    log.info("labeling %d %s candidates with %s%s", candidates.num_rows, strategy, job.labeler, " in this process" if here else "")
+    return labeled_dir, label_dataset(candidates, labeled_dir, job, layout.candidates(strategy), here).labeled
 
 
 def make_silver(spec: JobSpec, layout: RunLayout, source: CandidateSource, teacher: Teacher, sbert_dir: Path) -> Silver:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -219,6 +220,7 @@ def test_tiny_jobs_succeed_with_augsbert_submit_and_ray_job_submit(
     assert metrics["counts"]["gold_train"] == 150
     assert metrics["counts"]["labeled"]["bm25"] == metrics["counts"]["candidates"]["bm25"] > 0
     assert (run_dir / "models" / "augsbert_bm25" / "model.safetensors").is_file()
+    assert re.search(r"labeling \d+ bm25 candidates with \S+\n", (run_dir / "run.log").read_text())  # on the actor pool
     labeled = pq.read_table([str(p) for p in sorted((tmp_path / "via-ray").glob("part-*.parquet"))])
     assert sorted(labeled.column("pair_id").to_pylist()) == list(range(300)) and labeled.column("score").null_count == 0
     logs = subprocess.run([str(BIN / "augsbert"), "logs", our_id, "--address", cluster.dashboard],

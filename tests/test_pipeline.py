@@ -1,6 +1,7 @@
 import contextlib
 import io
 import json
+import logging
 import math
 import os
 import re
@@ -22,6 +23,7 @@ from augsbert_ray.cli import main
 from augsbert_ray.config import JobSpec
 from augsbert_ray.labeling import Teacher
 from augsbert_ray.resume import comparable_spec
+from augsbert_ray.runtime import log
 
 STRATEGIES = {"bm25": "augsbert_bm25", "random": "augsbert_rs", "kde": "augsbert_kde", "semantic": "augsbert_ss"}
 MODELS = ("cross_encoder", "sbert", *STRATEGIES.values(), "zero_shot", "jaccard")
@@ -43,11 +45,18 @@ def tiny_run_settings(
 
 @pytest.fixture(scope="module")
 def whole_run(ray_session, tiny_model: Path, data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """One uninterrupted tiny run in this session's Ray: its directory and what it printed."""
+    """One uninterrupted tiny run in this session's Ray: its directory, and what it printed and logged."""
     output_dir = tmp_path_factory.mktemp("whole_run")
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        assert main(["run", JOB, "--data-dir", str(data_dir), *tiny_run_settings(tiny_model, output_dir, "tiny")]) == 0
+    handler, level = logging.StreamHandler(printed), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)  # pytest's handlers on the root logger keep `augsbert run` from setting INFO there
+    try:
+        with contextlib.redirect_stdout(printed):
+            assert main(["run", JOB, "--data-dir", str(data_dir), *tiny_run_settings(tiny_model, output_dir, "tiny")]) == 0
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
     (run_dir,) = output_dir.glob("tiny-*")
     return run_dir, printed.getvalue()
 
@@ -56,9 +65,6 @@ def whole_run(ray_session, tiny_model: Path, data_dir: Path, tmp_path_factory: p
 def test_whole_run_on_a_tiny_model(whole_run: tuple[Path, str], tiny_model: Path, data_dir: Path) -> None:
     run_dir, printed = whole_run
     tmp_path = run_dir.parent
-
-
-
     for name in ("spec.yaml", "metrics.json", "report.md", "score_density.png", "rejects.jsonl"):
         assert (run_dir / name).is_file(), name
     for name in ("cross_encoder", "sbert", *STRATEGIES.values()):
@@ -87,6 +93,8 @@ def test_whole_run_on_a_tiny_model(whole_run: tuple[Path, str], tiny_model: Path
                              filters=[("accepted", "=", True)] if strategy == "kde" else None).column("score").to_numpy()
         assert diagnostics["high_similarity_share"] == pytest.approx(np.mean(kept >= 0.6), abs=1 / len(kept))
         assert math.isfinite(diagnostics["kl_gold_silver"]) and diagnostics["kl_gold_silver"] > 0
+    for strategy in STRATEGIES:  # one CPU actor on the run's own Ray: the driver labels, no actor pool starts
+        assert re.search(rf"labeling \d+ {strategy} candidates with \S+ in this process", printed), strategy
     kde = pq.read_table(run_dir / "silver" / "kde")
     assert kde.num_rows == counts["labeled"]["kde"] == 3000  # selection marks rows, never drops them
     assert sum(kde.column("accepted").to_pylist()) == counts["kept"]["kde"] < 3000

@@ -100,10 +100,16 @@ class LabelJob:
         }
 
 
+def labels_in_process(spec: LabelingSpec, address: str | None) -> bool:
+    """One CPU actor on this machine (no cluster ``address``): the calling process labels instead (``here``), with
+    the same shards, labels and resume. An actor adds its start to every call (about 16 s on 2 busy cores; a run
+    labels each strategy in a call of its own, docs/BENCHMARKS.md), a process and its memory."""
+    return address is None and spec.max_actors == 1 and spec.gpus_per_actor == 0
+
+
 def labels_here(spec: LabelingSpec, address: str | None) -> bool:
-    """One CPU actor on this machine, with no Ray running or asked for: the labeler runs in this process. Ray would
-    add only its start (seconds), an actor process and the memory of its services."""
-    return address is None and not ray.is_initialized() and spec.max_actors == 1 and spec.gpus_per_actor == 0
+    """`augsbert label`'s choice: ``labels_in_process`` with no Ray running, which it then need not start."""
+    return labels_in_process(spec, address) and not ray.is_initialized()
 
 
 def check_resources(spec: LabelingSpec, here: bool) -> None:
@@ -198,7 +204,9 @@ def label_files(
     return label_shards(shards, Path(output), job, here)
 
 
-def label_dataset(pairs: pa.Table | ray.data.Dataset, output: str | Path, job: LabelJob, input_file: str | Path) -> LabelResult:
+def label_dataset(
+    pairs: pa.Table | ray.data.Dataset, output: str | Path, job: LabelJob, input_file: str | Path, here: bool = False
+) -> LabelResult:
     """Label pairs inside a running Ray (e.g. a run's sampled candidates) into resumable Parquet shards under ``output``.
 
     The pairs are saved first as ``input_file`` (Parquet, one row group per shard), so that a rerun with the same
@@ -209,6 +217,7 @@ def label_dataset(pairs: pa.Table | ray.data.Dataset, output: str | Path, job: L
         output: The shards' directory.
         job: The teacher and the labeling settings.
         input_file: Where the pairs are saved (outside ``output``).
+        here: Label in this process instead of on the actor pool (``labels_in_process``).
 
     Example:
         ::
@@ -219,7 +228,7 @@ def label_dataset(pairs: pa.Table | ray.data.Dataset, output: str | Path, job: L
     input_file = Path(input_file)
     save_pairs(pairs, input_file, job.spec.shard_rows)
     check_output_dir(Path(output), "the labeling output")
-    return label_shards(plan_shards([str(input_file)], "parquet", job.text_columns, job.spec.shard_rows), Path(output), job)
+    return label_shards(plan_shards([str(input_file)], "parquet", job.text_columns, job.spec.shard_rows), Path(output), job, here)
 
 
 def save_pairs(pairs: pa.Table | ray.data.Dataset, path: Path, shard_rows: int) -> None:
@@ -292,6 +301,9 @@ class LabelerFailure(RuntimeError):
 
 def _label_here(pending: list[Shard], output: Path, job: LabelJob, calibration: list[tuple[str, str]] | None) -> Iterator[dict[str, Any]]:
     """The actor's work in this process: one labeler, the shards one after another."""
+    import torch
+
+    threads = torch.get_num_threads()  # the labeler sets the actor's; a run's driver goes on with its own
     try:
         labeler = ShardLabeler(**_labeler_settings(pending, output, job, calibration))
         for shard in pending:
@@ -300,6 +312,8 @@ def _label_here(pending: list[Shard], output: Path, job: LabelJob, calibration: 
         raise
     except Exception as exc:
         raise LabelerFailure(f"{type(exc).__name__}: {(str(exc).strip().splitlines() or ['(no message)'])[0]}") from exc
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _pipeline(pending: list[Shard], output: Path, job: LabelJob, calibration: list[tuple[str, str]] | None) -> ray.data.Dataset:
