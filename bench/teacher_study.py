@@ -36,7 +36,7 @@ from augsbert_ray.evaluation import evaluate_on_ray
 from augsbert_ray.files import atomic_write_text
 from augsbert_ray.labeling import TEACHER_FILE, LabelJob, Teacher, TeacherMember, label_dataset
 from augsbert_ray.models import resolve_model
-from augsbert_ray.reproduce import TEACHER_MODELS
+from augsbert_ray.reproduce import MINILM_TEACHER, TEACHER_MODELS
 from augsbert_ray.stages import Gold, RunContext, calibrate_teacher, read_gold, train_teacher, train_teacher_bi_encoder
 from augsbert_ray.runtime import init_ray, log, setup_logging
 from augsbert_ray.sampling import SentencePool, candidate_table
@@ -55,7 +55,7 @@ MPNET_TEACHERS = ["teacher.kind=ensemble", *MPNET_CROSS_ENCODER, "teacher.bi_enc
 # bench/reproduce_best_teacher.sh). A cross-encoder teacher's run also fits and scores the mpnet bi-encoder: the
 # results' row for fine-tuning mpnet alone, which the other teachers' runs have as their (member) bi-encoder.
 MPNET_SCORED_BESIDE = ["evaluation.teacher_bi_encoder=true", "teacher.bi_encoder.model=mpnet"]
-TEACHER_SETTINGS = {"ce_minilm": MPNET_SCORED_BESIDE, "ce_mpnet": [*MPNET_CROSS_ENCODER, *MPNET_SCORED_BESIDE],
+TEACHER_SETTINGS = {"ce_minilm": [*MINILM_TEACHER, *MPNET_SCORED_BESIDE], "ce_mpnet": [*MPNET_CROSS_ENCODER, *MPNET_SCORED_BESIDE],
                     "bi_mpnet": ["teacher.kind=bi-encoder", "teacher.bi_encoder.model=mpnet"], "ensemble_mpnet": MPNET_TEACHERS}
 TEACHER_MODEL_DIRS = {"ce_minilm": ["teacher_bi_encoder"], "ce_mpnet": ["cross_encoder", "teacher_bi_encoder"],
                       "bi_mpnet": ["teacher_bi_encoder"], "ensemble_mpnet": ["cross_encoder", "teacher_bi_encoder"]}

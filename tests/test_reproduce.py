@@ -93,6 +93,17 @@ def test_parts_run_the_strategies_a_whole_run_runs() -> None:
             # SBERT is seed-optimized in the split's first part only, the part that gives its row
             assert [part.tuning is not None for part in parts] == [True] + [False] * (len(split) - 1)
 
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_every_experiment_runs_results_mds_minilm_teacher_whatever_its_jobs_default(quick: bool) -> None:
+    """RESULTS.md's command must keep its teacher when a job's default becomes a stronger one (BWS in-topic's)."""
+    from augsbert_ray.config import load_spec
+
+    for name, (job, _) in reproduce.EXPERIMENTS.items():
+        spec = load_spec(ROOT / job, reproduce.overrides_for(name, quick=quick, gpu=False))
+        assert (spec.teacher.kind, spec.cross_encoder.model, spec.cross_encoder.learning_rate) == ("cross-encoder", "minilm", 1e-4), name
+    assert load_spec(ROOT / reproduce.EXPERIMENTS["bws_in_topic"][0]).teacher.kind == "ensemble"
+
 def test_a_part_takes_a_finished_sibling_parts_teacher(tmp_path: Path) -> None:
     base = "mrpc-full-seed43"
     assert reproduce.shared_teacher(tmp_path, base, "kde", None) == []  # no rest part yet: the kde part fits its own
