@@ -6,6 +6,7 @@ model, in-domain on STSb-1k, BWS cross-topic, BWS in-topic and MRPC, and transfe
     augsbert reproduce --only stsb_1k --seeds 42 43 44
     augsbert reproduce --gpu --seeds 42 --cpus 5     # on a GPU machine: fits, labeling, evaluation there
     augsbert reproduce --collect      # tabulate the finished runs only (e.g. copied from elsewhere)
+    augsbert reproduce --collect --beside OTHER_RUNS   # and another set's (e.g. another teacher's) beside them
     augsbert reproduce --only bws_in_topic --seeds 43 --part kde   # one seed in shorter runs
     augsbert reproduce --set teacher.kind=bi-encoder   # every run with other spec settings
 
@@ -211,6 +212,41 @@ def seed_result(name: str, seed: int, args: argparse.Namespace, runs: Path) -> t
     return None
 
 
+def tabulate(experiment: str, args: argparse.Namespace, runs: Path) -> tuple[dict, dict | None, dict[str, list]]:
+    """One experiment's finished seeds in ``runs``: each row's test scores summarized over them, the first seed's
+    spec (None when no seed has finished) and where and how long they ran."""
+    scores: dict[str, list[float]] = {}
+    auc05: dict[str, list[float]] = {}  # classification: AUC up to 5% false positives, x100, beside F1
+    info: dict[str, list] = {"seconds": [], "hosts": [], "seeds": [], "parts": []}
+    first_spec = None
+    for seed in args.seeds:
+        if (finished := seed_result(experiment, seed, args, runs)) is None:
+            continue
+        metrics, spec, where = finished
+        if "parts" in metrics:
+            info["parts"].append(f"{experiment} seed {seed}: " + "; ".join(
+                f"{part} part, test gaps to the first part: " + ", ".join(f"{row} {gap:.4f}" for row, gap in gaps["test_gap_of_shared_rows"].items())
+                for part, gaps in metrics["parts"].items()))
+        first_spec = first_spec or spec
+        info["seeds"].append(seed)
+        info["seconds"].append(run_seconds(metrics))
+        info["hosts"].append(where)
+        for row, value in metrics["test"].items():
+            scores.setdefault(row, []).append(value)
+            if "test_auc05" in metrics["details"][row]:
+                auc05.setdefault(row, []).append(100 * metrics["details"][row]["test_auc05"])
+    summary = {row: {**summarize(values), **({"auc05": summarize(auc05[row])} if row in auc05 else {})} for row, values in scores.items()}
+    return summary, first_spec, info
+
+
+def collect(args: argparse.Namespace, runs: Path) -> tuple[dict, dict, Path]:
+    """The experiments' (``args.only``) finished seeds in another set of runs (e.g. another teacher's), summarized
+    as ``tabulate`` does: (results, specs, runs)."""
+    tabulated = {experiment: tabulate(experiment, args, runs) for experiment in args.only or EXPERIMENTS}
+    return ({e: summary for e, (summary, spec, _) in tabulated.items() if spec},
+            {e: spec for e, (_, spec, _) in tabulated.items() if spec}, runs)
+
+
 def summarize(scores: list[float]) -> dict[str, float | int]:
     return {"mean": round(statistics.fmean(scores), 2), "std": round(statistics.stdev(scores), 2) if len(scores) > 1 else 0.0,
             "n_seeds": len(scores)}
@@ -232,6 +268,43 @@ def table(results: dict, experiments: list[str], rows: list[str], headers: list[
     lines = ["| model | " + " | ".join(headers) + " |", "|---|" + "---:|" * len(headers)]
     for row in (row for row in rows if any(row in results.get(e, {}) for e in experiments)):
         lines.append(f"| {MODEL_TITLES.get(row, row)} | " + " | ".join(cell(results, e, row) for e in experiments) + " |")
+    return lines
+
+
+# The rows compared beside another set of runs: the teacher (each set's own teacher row), fine-tuning the teacher's
+# bi-encoder alone, and the students.
+BESIDE_ROWS = {"in-domain": ["teacher", "teacher_bi_encoder", "sbert", "augsbert_rs", "augsbert_kde", "augsbert_bm25"],
+               "transfer": ["teacher", "sbert_source", "augsbert", "sbert_target"]}
+BESIDE_TITLES = {"teacher": "Teacher (each set's own)", "teacher_bi_encoder": "teacher.bi_encoder fine-tuned on gold (its SBERT)"}
+
+
+def beside_cell(results: dict, specs: dict, experiment: str, row: str, seeds: int) -> str:
+    """One set's mean for a row of BESIDE_ROWS, with its number of seeds where fewer than ``seeds``."""
+    if row == "teacher" and experiment in specs:
+        row = TEACHER_ROW[teacher_kind(specs[experiment])]
+    entry = results.get(experiment, {}).get(row)
+    if not entry:
+        return "-"
+    return f"{entry['mean']:.2f}" + (f" ({entry['n_seeds']} seed{'s' * (entry['n_seeds'] > 1)})" if entry["n_seeds"] < seeds else "")
+
+
+def beside_tables(results: dict, specs: dict, beside: tuple[dict, dict, Path], headers: dict[str, str]) -> list[str]:
+    """This page's runs and another set's (``collect``) side by side: the teachers and the students, test means."""
+    other_results, other_specs, other_runs = beside
+    seeds = max((entry["n_seeds"] for rows in results.values() for entry in rows.values()), default=1)
+    lines = [f"## Beside the runs in `{other_runs.as_posix()}`", "",
+             "Test means over seeds, this page's runs / those runs (their full tables: the other results pages). Their "
+             "teachers: " + "; ".join(f"{e}: {describe_teacher(spec)}" for e, spec in other_specs.items()) + ".", ""]
+    for scenario, experiments in (("in-domain", IN_DOMAIN), ("transfer", TRANSFER)):
+        shown = [e for e in experiments if e in results or e in other_results]
+        if not shown:
+            continue
+        lines += ["| model | " + " | ".join(headers[e].replace(" / AUC(0.05)", "") for e in shown) + " |", "|---|" + "---:|" * len(shown)]
+        for row in BESIDE_ROWS[scenario]:
+            cells = [f"{beside_cell(results, specs, e, row, seeds)} / {beside_cell(other_results, other_specs, e, row, seeds)}" for e in shown]
+            if any(cell != "- / -" for cell in cells):
+                lines.append(f"| {BESIDE_TITLES.get(row, MODEL_TITLES.get(row, row))} | " + " | ".join(cells) + " |")
+        lines.append("")
     return lines
 
 
@@ -301,7 +374,8 @@ def describe_hosts(hosts: list[dict]) -> str:
     return "; ".join(kinds) or "not recorded"
 
 
-def write_results(path: Path, results: dict, specs: dict, runs: dict, args: argparse.Namespace, command: str, seconds: float) -> None:
+def write_results(path: Path, results: dict, specs: dict, runs: dict, args: argparse.Namespace, command: str, seconds: float,
+                  beside: tuple[dict, dict, Path] | None = None) -> None:
     headers = {"stsb_1k": "STSb (1k gold), Spearman", "bws_cross_topic": "BWS cross-topic, Spearman",
                "bws_in_topic": "BWS in-topic, Spearman", "mrpc": "MRPC, F1 / AUC(0.05)", "transfer_stsb_bws": "STSb → BWS in-topic, Spearman",
                "transfer_stsb_mrpc": "STSb → MRPC, F1 / AUC(0.05)"}
@@ -335,6 +409,7 @@ def write_results(path: Path, results: dict, specs: dict, runs: dict, args: argp
         "",
         *table(results, TRANSFER, TRANSFER_ROWS, [headers[e] for e in TRANSFER]),
         "",
+        *(beside_tables(results, specs, beside, headers) if beside else []),
         "## Effects against the targets",
         "",
         *deltas(results, specs),
@@ -388,6 +463,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--part", choices=list(PARTS), help="run only this part of each in-domain seed: rest + kde, or lexical + semantic + kde, make a seed "
                         "(lexical + kde: one without the semantic strategies)")
     parser.add_argument("--collect", action="store_true", help="run nothing: tabulate the finished runs in --runs")
+    parser.add_argument("--beside", metavar="RUNS", help="another set of finished runs (e.g. another teacher's, "
+                        "bench/results/reproduce_best_teacher_runs) to tabulate beside these: each teacher and student row, "
+                        "this page's mean / that set's")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more overrides for every run's spec")
     parser.add_argument("--results", default=str(ROOT / "docs" / "RESULTS.md"), help="markdown output; its hand-written section "
                         f"'{NOTES_HEADING[3:]}' is kept (default: %(default)s)")
@@ -413,38 +491,21 @@ def reproduce(args: argparse.Namespace, command: str) -> int:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the packaged MiniLM: nothing to download
     started = time.perf_counter()
     runs = Path(args.runs).resolve()
+    beside = collect(args, Path(args.beside)) if args.beside else None
     results: dict[str, dict] = {}
     specs: dict[str, dict] = {}
     run_info: dict[str, dict[str, list]] = {}
     for experiment in args.only or list(EXPERIMENTS):
-        scores: dict[str, list[float]] = {}
-        auc05: dict[str, list[float]] = {}  # classification: AUC up to 5% false positives, x100, beside F1
-        info = run_info.setdefault(experiment, {"seconds": [], "hosts": [], "seeds": [], "parts": []})
-        for seed in args.seeds:
-            if not args.collect:
+        if not args.collect:
+            for seed in args.seeds:
                 run_one(experiment, seed, args, runs)
-            if (finished := seed_result(experiment, seed, args, runs)) is None:
-                continue
-            metrics, spec, where = finished
-            if "parts" in metrics:
-                info["parts"].append(f"{experiment} seed {seed}: " + "; ".join(
-                    f"{part} part, test gaps to the first part: " + ", ".join(f"{row} {gap:.4f}" for row, gap in gaps["test_gap_of_shared_rows"].items())
-                    for part, gaps in metrics["parts"].items()))
-            specs.setdefault(experiment, spec)
-            info["seeds"].append(seed)
-            info["seconds"].append(run_seconds(metrics))
-            info["hosts"].append(where)
-            for row, value in metrics["test"].items():
-                scores.setdefault(row, []).append(value)
-                if "test_auc05" in metrics["details"][row]:
-                    auc05.setdefault(row, []).append(100 * metrics["details"][row]["test_auc05"])
-        if not scores:
+        summary, spec, run_info[experiment] = tabulate(experiment, args, runs)
+        if spec is None:
             continue
-        results[experiment] = {row: {**summarize(values), **({"auc05": summarize(auc05[row])} if row in auc05 else {})}
-                               for row, values in scores.items()}
+        results[experiment], specs[experiment] = summary, spec
         seconds = time.perf_counter() - started
         Path(args.json).write_text(json.dumps({"quick": args.quick, **results}, indent=2), encoding="utf-8")
-        write_results(Path(args.results), results, specs, run_info, args, command, seconds)
+        write_results(Path(args.results), results, specs, run_info, args, command, seconds, beside)
         print(f"{experiment}: " + ", ".join(f"{row} {v['mean']:.2f}±{v['std']:.2f}" for row, v in results[experiment].items()), flush=True)
     if not results:  # e.g. one --part of a seed finished, and its other part has not run yet
         print(f"no experiment has a finished seed in {runs} yet: {args.results} is left as it was")

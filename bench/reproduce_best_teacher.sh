@@ -14,6 +14,8 @@
 #   REPRODUCE_ARGS=--gpu RAY_TMPDIR=/tmp/ray-lane1 bench/reproduce_best_teacher.sh "mrpc 43 lexical kde" &
 #   .venv/bin/augsbert reproduce --collect --runs bench/results/reproduce_best_teacher_runs \
 #       --results docs/RESULTS_BEST_TEACHER.md --json bench/results/reproduce_best_teacher.json
+#   .venv/bin/augsbert reproduce --collect --runs bench/results/reproduce_runs \
+#       --beside bench/results/reproduce_best_teacher_runs      # RESULTS.md's side-by-side tables
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"

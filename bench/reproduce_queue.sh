@@ -5,7 +5,7 @@
 # machine: a new machine starts the part again). Then collect:
 #   bench/reproduce_queue.sh
 #   mkdir -p bench/results/reproduce_runs/RUN && cp runs/reproduce/RUN/{metrics.json,spec.yaml,host.json} ...
-#   .venv/bin/augsbert reproduce --collect --runs bench/results/reproduce_runs
+#   .venv/bin/augsbert reproduce --collect --runs bench/results/reproduce_runs --beside bench/results/reproduce_best_teacher_runs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"

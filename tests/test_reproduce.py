@@ -188,6 +188,36 @@ def test_results_page_keeps_its_hand_written_notes_when_written_again(tmp_path: 
     assert text.count(reproduce.NOTES_HEADING) == 1
 
 
+def test_another_teachers_runs_are_tabulated_beside_the_pages_own(tmp_path: Path) -> None:
+    """Each set's own teacher row (a cross-encoder here, an ensemble there), its fine-tuned bi-encoder where it has
+    one, and the students: this page's mean / the other set's, with the other's seeds where fewer."""
+    from augsbert_ray.cli import main
+
+    minilm, mpnet = tmp_path / "minilm_runs", tmp_path / "mpnet_runs"
+    for seed, sbert in ((42, 60.0), (43, 62.0)):
+        write_run(minilm / f"bws_in_topic-full-seed{seed}-20261123-190000", ["bm25", "random"],
+                  {"cross_encoder": 52.0, "sbert": sbert, "augsbert_bm25": 60.0, "augsbert_rs": 59.0}, 100.0)
+    ensemble = {"kind": "ensemble", "bi_encoder": {"model": "mpnet"}}
+    write_run(mpnet / "bws_in_topic-full-seed42-20261127-190000", ["bm25", "random"],
+              {"cross_encoder": 65.0, "teacher_bi_encoder": 68.0, "teacher": 70.0, "sbert": 61.0, "augsbert_bm25": 67.0,
+               "augsbert_rs": 68.0}, 100.0, ensemble)
+    write_run(mpnet / "transfer_stsb_bws-full-seed42-20261127-190000", ["bm25"],
+              {"teacher": 60.0, "sbert_source": 59.0, "augsbert": 60.5, "sbert_target": 65.0}, 100.0, ensemble)
+    page = tmp_path / "RESULTS.md"
+    assert main(["reproduce", "--collect", "--only", "bws_in_topic", "transfer_stsb_bws", "--runs", str(minilm), "--results", str(page),
+                 "--json", str(tmp_path / "r.json"), "--beside", str(mpnet)]) == 0
+
+    text = page.read_text(encoding="utf-8")
+    beside = text.split(f"## Beside the runs in `{mpnet.as_posix()}`")[1].split("## Effects")[0]
+    assert "bws_in_topic: ensemble of cross-encoder from minilm and bi-encoder mpnet fine-tuned on gold" in beside
+    assert "| model | BWS in-topic, Spearman |\n" in beside and "| model | STSb → BWS in-topic, Spearman |\n" in beside  # --only's
+    assert "| Teacher (each set's own) | 52.00 / 70.00 (1 seed) |" in beside
+    assert "| teacher.bi_encoder fine-tuned on gold (its SBERT) | - / 68.00 (1 seed) |" in beside
+    assert "| SBERT (gold only) | 61.00 / 61.00 (1 seed) |" in beside
+    assert "| AugSBERT-BM25 | 60.00 / 67.00 (1 seed) |" in beside and "AugSBERT-KDE" not in beside
+    assert "| AugSBERT (target silver) | - / 60.50 (1 seed) |" in beside
+
+
 @pytest.mark.parametrize("page, runs", [("RESULTS.md", "reproduce_runs"), ("RESULTS_BEST_TEACHER.md", "reproduce_best_teacher_runs")])
 def test_committed_results_pages_link_committed_specs(page: str, runs: str) -> None:
     page_path = ROOT / "docs" / page
