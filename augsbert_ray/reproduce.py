@@ -487,6 +487,8 @@ def reproduce(args: argparse.Namespace, command: str) -> int:
     args.seeds = args.seeds or ([42] if args.quick else [42, 43, 44])
     if args.part and (args.quick or set(args.only or EXPERIMENTS) & set(TRANSFER)):
         raise SpecError("--part splits the full in-domain experiments only: give --only with in-domain ones, without --quick")
+    if args.beside and not Path(args.beside).is_dir():
+        raise SpecError(f"--beside {args.beside}: no such directory of runs")
     if not args.collect:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the packaged MiniLM: nothing to download
     started = time.perf_counter()

@@ -188,7 +188,7 @@ def test_results_page_keeps_its_hand_written_notes_when_written_again(tmp_path: 
     assert text.count(reproduce.NOTES_HEADING) == 1
 
 
-def test_another_teachers_runs_are_tabulated_beside_the_pages_own(tmp_path: Path) -> None:
+def test_another_teachers_runs_are_tabulated_beside_the_pages_own(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Each set's own teacher row (a cross-encoder here, an ensemble there), its fine-tuned bi-encoder where it has
     one, and the students: this page's mean / the other set's, with the other's seeds where fewer."""
     from augsbert_ray.cli import main
@@ -209,6 +209,8 @@ def test_another_teachers_runs_are_tabulated_beside_the_pages_own(tmp_path: Path
 
     text = page.read_text(encoding="utf-8")
     beside = text.split(f"## Beside the runs in `{mpnet.as_posix()}`")[1].split("## Effects")[0]
+    assert main(["reproduce", "--collect", "--runs", str(minilm), "--results", str(page), "--beside", str(tmp_path / "nothing")]) == 2
+    assert f"--beside {tmp_path / 'nothing'}: no such directory of runs" in capsys.readouterr().err
     assert "bws_in_topic: ensemble of cross-encoder from minilm and bi-encoder mpnet fine-tuned on gold" in beside
     assert "| model | BWS in-topic, Spearman |\n" in beside and "| model | STSb → BWS in-topic, Spearman |\n" in beside  # --only's
     assert "| Teacher (each set's own) | 52.00 / 70.00 (1 seed) |" in beside
