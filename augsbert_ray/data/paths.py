@@ -28,7 +28,20 @@ class DataNotFoundError(FileNotFoundError):
 
 
 def resolve_data_dir(explicit: str | Path | None = None) -> Path:
-    """--data-dir, else $AUGSBERT_DATA_DIR, else ../shared/data when it exists."""
+    """--data-dir, else $AUGSBERT_DATA_DIR, else ../shared/data when it exists.
+
+    The first one given is used, made absolute; when it is not a directory, DataNotFoundError says where to get the
+    datasets (there is no falling back to the next).
+
+    Args:
+        explicit: ``--data-dir`` or ``data.data_dir``; default None: $AUGSBERT_DATA_DIR, else ../shared/data beside
+            the working directory.
+
+    Example:
+        ::
+
+            resolve_data_dir("../shared/data") / "stsb"  # PosixPath('/home/me/shared/data/stsb')
+    """
     candidates: list[tuple[str, Path]] = []
     if explicit is not None:
         candidates.append(("--data-dir / data.data_dir", Path(explicit)))

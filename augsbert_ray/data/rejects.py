@@ -24,6 +24,18 @@ class TooManyRejectsError(ValueError):
 
 
 def write_rejects(rejects: list[Reject], path: Path) -> None:
+    """Write each reject as one JSON line (file, line, field, reason, text), making the parent directory; no
+    rejects write an empty file.
+
+    Args:
+        rejects: The rows rejected, e.g. ``gold.rejects``.
+        path: The JSON Lines file, replaced if it exists.
+
+    Example:
+        ::
+
+            write_rejects(gold.rejects, Path("runs/stsb-20261125-101500/rejects.jsonl"))
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as out:
         for reject in rejects:
@@ -35,7 +47,21 @@ def check_reject_fraction(
     setting: str = "data.max_reject_fraction", scope: str = "",
 ) -> None:
     """Fail the job when bad rows pass the configured share (``setting`` names it) of the rows read: of everything
-    read, or of one split's file when ``scope`` names that split."""
+    read, or of one split's file when ``scope`` names that split. No rows read at all fails it too.
+
+    Args:
+        rows_read: Rows read, accepted and rejected.
+        rejects: The rejected ones among them.
+        max_fraction: The largest share of rejected rows allowed, in [0, 1] (0.01: 1%).
+        rejects_path: The file the rejects were written to, named in the error; None names none.
+        setting: The setting that holds ``max_fraction``, named in the error.
+        scope: What was read, at the start of the error, e.g. ``"gold dev split"``; default "": everything.
+
+    Example:
+        ::
+
+            check_reject_fraction(read.rows_read, read.rejects, 0.01, Path("rejects.jsonl"))  # or TooManyRejectsError
+    """
     if rows_read == 0:
         raise TooManyRejectsError("no gold rows were read: check the data files")
     fraction = len(rejects) / rows_read

@@ -10,7 +10,21 @@ from augsbert_ray.data.formats import input_format, read_schema
 
 def read_sentences(path: Path, what: str = "--sentences") -> list[str]:
     """One sentence per line (.txt), or the `sentence` column of a csv/jsonl/parquet file; blank ones skipped.
-    ``what`` names the option or field in error messages."""
+    ``what`` names the option or field in error messages.
+
+    Args:
+        path: The file; a .txt or suffix-less file is read as lines, else the format comes from the suffix.
+        what: The option or spec field that named the file, for SpecError messages (a missing file, fewer than
+            two distinct sentences).
+
+    Returns:
+        The sentences stripped, in file order, repeats kept.
+
+    Example:
+        ::
+
+            pool = SentencePool(read_sentences(Path("target_sentences.txt"), "target.sentences"))
+    """
     if not path.is_file():
         raise SpecError(f"{what} {path}: no such file")
     if path.suffix in (".txt", ""):

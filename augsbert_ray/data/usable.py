@@ -36,7 +36,19 @@ def check_scorable(task: TaskType, labels: np.ndarray, what: str) -> None:
 
 def check_reject_fractions(gold: GoldData, max_fraction: float, rejects_path: Path | None, what: str = "gold") -> None:
     """``max_fraction`` of the rows read overall and of each split's file (``what`` names the data in messages):
-    a split's bad rows must not hide among the other splits' good ones."""
+    a split's bad rows must not hide among the other splits' good ones.
+
+    Args:
+        gold: The splits as read, with their rejects and each split's file's read.
+        max_fraction: The largest share of rejected rows allowed, in [0, 1] (``data.max_reject_fraction``).
+        rejects_path: The file the rejects were written to, named in the error; None names none.
+        what: The data's name in messages, e.g. ``"target"``.
+
+    Example:
+        ::
+
+            check_reject_fractions(gold, spec.data.max_reject_fraction, Path("runs/x/rejects.jsonl"))
+    """
     check_reject_fraction(gold.rows_read, gold.rejects, max_fraction, rejects_path)
     for split, read in gold.reads.items():
         if read.rows_read:  # an empty split is named by check_gold_usable
@@ -81,7 +93,18 @@ def check_gold_usable(gold: GoldData, spec: JobSpec, target: bool = False) -> No
     """Stop with one line naming the split, its size and the smallest that works, before any fit. Gold (or, in
     transfer, source) train fills one batch of every fit on it, has two classes (classification) and two labels
     (kde); dev and test can be scored. A transfer target (``target``) needs dev and test, and a train split of a
-    batch (SBERT-target, given pairs) unless it is empty and target.sentences are recombined instead."""
+    batch (SBERT-target, given pairs) unless it is empty and target.sentences are recombined instead.
+
+    Args:
+        gold: The splits as read (in transfer, the source's or the target's).
+        spec: The job spec, for the task, the sampling strategies, the batch sizes and the workers of each fit.
+        target: The splits are a domain-transfer target's; default False: the gold (or source) splits.
+
+    Example:
+        ::
+
+            check_gold_usable(load_gold(spec.data, spec.seed), spec)  # or a SpecError
+    """
     transfer = spec.scenario == "domain-transfer"
     what = "target" if target else "source" if transfer else "gold"
     train_rows = gold.train.num_rows

@@ -34,7 +34,23 @@ class Evaluation:
 
 def score_pairs(kind: ScorerKind, model: str | None, sentences1: list[str], sentences2: list[str], threads: int = 1) -> np.ndarray:
     """Similarity of each pair: cosine of bi-encoder embeddings, cross-encoder output, a teacher's score (``model``
-    is its teacher.json), or Jaccard."""
+    is its teacher.json), or Jaccard.
+
+    Args:
+        kind: ``bi_encoder``, ``cross_encoder``, ``teacher`` or ``jaccard``.
+        model: The model directory or Hugging Face id, the teacher.json, or None for ``jaccard``.
+        sentences1: The pairs' first sentences.
+        sentences2: Their second sentences, as many.
+        threads: Torch threads.
+
+    Returns:
+        One score per pair, shape (len(sentences1),).
+
+    Example:
+        ::
+
+            score_pairs("bi_encoder", "runs/<run>/models/sbert", ["A man plays."], ["A man is playing."])  # one cosine
+    """
     if kind == "jaccard":
         return jaccard_scores(sentences1, sentences2)
     if kind == "teacher":
@@ -54,7 +70,23 @@ def score_pairs(kind: ScorerKind, model: str | None, sentences1: list[str], sent
 
 
 def score_pairs_on_ray(kind: ScorerKind, model: str | None, table: pa.Table, cpus: float, gpus: float) -> "ray.ObjectRef[np.ndarray]":
-    """``score_pairs`` over a table's pairs, as a Ray task."""
+    """``score_pairs`` over a table's pairs, as a Ray task.
+
+    Args:
+        kind: ``bi_encoder``, ``cross_encoder``, ``teacher`` or ``jaccard``.
+        model: The model directory or Hugging Face id, the teacher.json, or None for ``jaccard``.
+        table: The pairs (sentence1, sentence2, label).
+        cpus: CPUs the task reserves; its torch threads are their whole number (at least 1).
+        gpus: GPUs the task reserves (0: none).
+
+    Returns:
+        A reference to the scores, one per row; ``ray.get`` it.
+
+    Example:
+        ::
+
+            scores = ray.get(score_pairs_on_ray("cross_encoder", "runs/<run>/models/cross_encoder", gold.dev, 1, 0))
+    """
     sentences1, sentences2, _ = _columns(table)
     remote = ray.remote(num_cpus=cpus, num_gpus=gpus)(score_pairs)
     return remote.remote(kind, model, sentences1, sentences2, max(1, int(cpus)))
@@ -63,6 +95,22 @@ def score_pairs_on_ray(kind: ScorerKind, model: str | None, table: pa.Table, cpu
 def metrics_from_scores(
     task: TaskType, dev_scores: np.ndarray, dev_labels: np.ndarray, test_scores: np.ndarray, test_labels: np.ndarray
 ) -> Evaluation:
+    """The task's metric on dev and test from their scores: Spearman x100, or F1 x100 at the threshold best on dev
+    with AUC(0.05) of both.
+
+    Args:
+        task: ``regression`` or ``classification`` (labels 0/1).
+        dev_scores: One score per dev pair.
+        dev_labels: The dev labels, as many.
+        test_scores: One score per test pair.
+        test_labels: The test labels, as many.
+
+    Example:
+        ::
+
+            metrics_from_scores("regression", dev_scores, gold.dev.column("label").to_numpy(),
+                                test_scores, gold.test.column("label").to_numpy()).test
+    """
     if task == "regression":
         return Evaluation(dev=spearman_x100(dev_scores, dev_labels), test=spearman_x100(test_scores, test_labels))
     threshold = best_threshold(dev_scores, dev_labels)
@@ -105,7 +153,23 @@ def evaluate(kind: ScorerKind, model: str | None, task: TaskType, dev: pa.Table,
 def evaluate_on_ray(
     kind: ScorerKind, model: str | None, task: TaskType, dev: pa.Table, test: pa.Table, cpus: float, gpus: float
 ) -> "ray.ObjectRef[Evaluation]":
-    """The same as ``evaluate``, as a Ray task, so that on a cluster it runs on a worker, not the head."""
+    """The same as ``evaluate``, as a Ray task, so that on a cluster it runs on a worker, not the head.
+
+    Args:
+        kind: ``bi_encoder``, ``cross_encoder``, ``teacher`` or ``jaccard``.
+        model: The model directory or Hugging Face id, the teacher.json, or None for ``jaccard``.
+        task: ``regression`` or ``classification``.
+        dev: The dev pairs (sentence1, sentence2, label).
+        test: The test pairs.
+        cpus: CPUs the task reserves; its torch threads are their whole number (at least 1).
+        gpus: GPUs the task reserves (0: none).
+
+    Example:
+        ::
+
+            ref = evaluate_on_ray("bi_encoder", "runs/<run>/models/sbert", "regression", gold.dev, gold.test, 1, 0)
+            ray.get(ref).test
+    """
     remote = ray.remote(num_cpus=cpus, num_gpus=gpus)(evaluate)
     return remote.remote(kind, model, task, dev, test, max(1, int(cpus)))
 

@@ -13,11 +13,33 @@ _WORD = re.compile(r"\w+")
 
 
 def spearman_x100(scores: Sequence[float], labels: Sequence[float]) -> float:
+    """Spearman's rank correlation of scores and labels, x100 (NaN when either is constant).
+
+    Args:
+        scores: One score per pair.
+        labels: The gold labels, as many.
+
+    Example:
+        ::
+
+            spearman_x100([0.1, 0.2, 0.3, 0.4], [1, 3, 2, 4])  # 80.0
+    """
     return float(spearmanr(scores, labels).statistic * 100)
 
 
 def f1_at(scores: Sequence[float], labels: Sequence[int], threshold: float) -> float:
-    """F1 (x100) of the positive class when ``score >= threshold`` predicts positive."""
+    """F1 (x100) of the positive class when ``score >= threshold`` predicts positive.
+
+    Args:
+        scores: One score per pair.
+        labels: 0/1 labels, as many.
+        threshold: The lowest score predicted positive.
+
+    Example:
+        ::
+
+            f1_at([0.1, 0.35, 0.4, 0.8], [0, 1, 0, 1], 0.35)  # 80.0
+    """
     predicted = np.asarray(scores) >= threshold
     truth = np.asarray(labels).astype(bool)
     tp = int(np.sum(predicted & truth))
@@ -33,6 +55,15 @@ def best_threshold(scores: Sequence[float], labels: Sequence[int]) -> float:
 
     One sort: at each distinct score t, the pairs scored >= t are those up to t's last tie in descending order,
     and F1 is computed from their counts with the same arithmetic as ``f1_at``.
+
+    Args:
+        scores: One score per pair.
+        labels: 0/1 labels, as many.
+
+    Example:
+        ::
+
+            best_threshold([0.1, 0.35, 0.4, 0.8], [0, 1, 0, 1])  # 0.35
     """
     scores = np.asarray(scores, dtype=np.float64)
     truth = np.asarray(labels).astype(bool)
@@ -48,7 +79,18 @@ def best_threshold(scores: Sequence[float], labels: Sequence[int]) -> float:
 
 
 def dev_metric(task: str, scores: np.ndarray, labels: np.ndarray) -> float:
-    """The task's main metric on one split: Spearman x100, or F1 x100 at the threshold best on that split."""
+    """The task's main metric on one split: Spearman x100, or F1 x100 at the threshold best on that split.
+
+    Args:
+        task: ``regression`` or ``classification``.
+        scores: One score per pair.
+        labels: The split's labels, as many (0/1 for classification).
+
+    Example:
+        ::
+
+            dev_metric("regression", dev_scores, gold.dev.column("label").to_numpy())
+    """
     if task == "regression":
         return spearman_x100(scores, labels)
     return f1_at(scores, labels, best_threshold(scores, labels))
@@ -59,6 +101,16 @@ def auc_at_fpr(scores: Sequence[float], labels: Sequence[int], max_fpr: float = 
 
     This is the paper's AUC(0.05) (Shah et al., 2018), scaled to [0,1]; tied scores move
     along the diagonal, as in a standard ROC.
+
+    Args:
+        scores: One score per pair.
+        labels: 0/1 labels, as many; both classes needed (else ValueError).
+        max_fpr: The false-positive rate the area stops at; default 0.05, the paper's AUC(0.05).
+
+    Example:
+        ::
+
+            auc_at_fpr([0.9, 0.8, 0.2, 0.1], [1, 1, 0, 0])  # 1.0
     """
     scores = np.asarray(scores, dtype=np.float64)
     truth = np.asarray(labels).astype(bool)
@@ -77,7 +129,20 @@ def auc_at_fpr(scores: Sequence[float], labels: Sequence[int], max_fpr: float = 
 
 
 def jaccard_scores(sentences1: Sequence[str], sentences2: Sequence[str]) -> np.ndarray:
-    """Word-set Jaccard similarity of each pair (lower-cased \\w+ tokens)."""
+    """Word-set Jaccard similarity of each pair (lower-cased \\w+ tokens).
+
+    Args:
+        sentences1: The pairs' first sentences.
+        sentences2: Their second sentences, as many.
+
+    Returns:
+        One score in [0, 1] per pair; 0 when neither sentence has a word.
+
+    Example:
+        ::
+
+            jaccard_scores(["A cat sat."], ["a cat ran"])  # array([0.5])
+    """
     out = np.empty(len(sentences1), dtype=np.float64)
     for i, (a, b) in enumerate(zip(sentences1, sentences2)):
         words_a, words_b = set(_WORD.findall(a.lower())), set(_WORD.findall(b.lower()))

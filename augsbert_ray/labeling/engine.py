@@ -70,6 +70,11 @@ class LabelJob:
         strategy: the ``strategy`` value of pairs whose input has no such column.
         onnx_cache: where the teacher's fp32 ONNX export is kept, e.g. one directory for several outputs of the same
             teacher; default ``output/_onnx``. (An int8 export is calibrated on its input, so it stays in its output.)
+
+    Example:
+        ::
+
+            job = LabelJob(Teacher.cross_encoder("runs/<run>/models/cross_encoder"), LabelingSpec(), strategy="bm25")
     """
 
     teacher: Teacher
@@ -103,7 +108,17 @@ class LabelJob:
 def labels_in_process(spec: LabelingSpec, address: str | None) -> bool:
     """One CPU actor on this machine (no cluster ``address``): the calling process labels instead (``here``), with
     the same shards, labels and resume. An actor adds its start to every call (about 16 s on 2 busy cores; a run
-    labels each strategy in a call of its own, docs/BENCHMARKS.md), a process and its memory."""
+    labels each strategy in a call of its own, docs/BENCHMARKS.md), a process and its memory.
+
+    Args:
+        spec: The labeling settings (actors and their CPUs/GPUs).
+        address: The Ray cluster to label on; None: this machine.
+
+    Example:
+        ::
+
+            labels_in_process(LabelingSpec(), None)  # True: one CPU actor, no cluster
+    """
     return address is None and spec.max_actors == 1 and spec.gpus_per_actor == 0
 
 

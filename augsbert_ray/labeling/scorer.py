@@ -152,7 +152,30 @@ def count_tokens(stats: dict[str, Any], lengths: np.ndarray) -> None:
 
 
 class ShardLabeler:
-    """Ray Data class UDF: the teacher's models are loaded once per actor; each row of a batch names a shard to label."""
+    """Ray Data class UDF: the teacher's models are loaded once per actor; each row of a batch names a shard to label.
+
+    Args:
+        shards: Every shard the actor may be asked for (``plan_shards``); a batch names them by ``Shard.name``.
+        output: An existing directory that the shards, and their rejects under _rejects/, are written to.
+        teacher: The model(s) that score each pair.
+        labeler: The provenance written into every pair's ``labeler`` column.
+        text_columns: The input's two sentence columns.
+        batch_size: Pairs per model call.
+        threads: Torch or ONNX Runtime threads (on a GPU, the tokenizer's).
+        precision: ``fp32``, ``bf16``, ``fp16`` or ``int8`` (``labeling.precision``).
+        runtime: ``auto``, ``torch`` or ``onnx``: what runs a cross-encoder (``labeling.runtime``).
+        max_seq_length: Tokens per pair (per sentence for a bi-encoder); None: the model's own.
+        strategy: The ``strategy`` value of pairs whose input has no such column.
+        onnx_cache: The directory a cross-encoder's ONNX export is kept in.
+        calibration: The pairs an int8 export calibrates on; None for other precisions.
+
+    Example:
+        ::
+
+            labeler = ShardLabeler(shards, "silver", teacher, teacher.labeler, ("sentence1", "sentence2"), 64, 2,
+                                   "fp32", "auto", None, "given", "silver/_onnx")
+            labeler.label_or_refuse(shards[0])  # the shard's counts: {'shard': ..., 'labeled': ..., 'error': ''}
+    """
 
     def __init__(
         self, shards: list[Shard], output: str, teacher: Teacher, labeler: str, text_columns: tuple[str, str],

@@ -32,7 +32,20 @@ TEACHER_FILE = "teacher.json"
 
 @dataclass(frozen=True)
 class TeacherMember:
-    """One model of a teacher and its affine map onto the gold scale."""
+    """One model of a teacher and its affine map onto the gold scale.
+
+    Args:
+        kind: ``cross_encoder`` or ``bi_encoder`` (cosine of the two embeddings).
+        model: The model's directory or Hugging Face id.
+        scale: Multiplies the model's raw score; with ``shift``, the map ``scale * score + shift``.
+        shift: Added after scaling; scale 1 and shift 0 (the defaults) leave scores as they come.
+
+    Example:
+        ::
+
+            member = TeacherMember("bi_encoder", "runs/<run>/models/bi_encoder", scale=1.8, shift=-0.4)
+            member.mapped(np.array([0.5]))  # array([0.5], dtype=float32)
+    """
 
     kind: MemberKind
     model: str

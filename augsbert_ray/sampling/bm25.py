@@ -124,6 +124,23 @@ def sample_bm25(
     """(codes, BM25 scores) of the union of each sentence's top-k lexical neighbours.
 
     Zero-score hits (no shared term) are never neighbours.
+
+    Args:
+        pool: The sentences; each one queries all the others.
+        top_k: Neighbours kept per sentence, after dropping itself, excluded pairs and zero scores.
+        excluded: Pair codes never to return (``pool.gold_codes``: the gold pairs).
+        shard_size: Sentences up to which one index is searched in this process; above it, Ray tasks search shards
+            of this many sentences (``sampling.bm25_shard_size``).
+        cpus: CPUs of each search task, and the retrieval threads (their whole number, at least 1).
+
+    Returns:
+        The pair codes, each once (a pair found from both ends keeps its higher score), in code order, and their
+        BM25 scores (float32).
+
+    Example:
+        ::
+
+            codes, scores = sample_bm25(pool, 3, pool.gold_codes([gold.train, gold.dev, gold.test]))
     """
     check_top_k(pool, top_k)
     neighbours, scores = bm25_neighbours(pool.sentences, search_depth(pool, top_k, excluded), shard_size, cpus)

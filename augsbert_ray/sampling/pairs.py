@@ -74,6 +74,18 @@ def given_pairs(table: pa.Table, held_out: list[pa.Table]) -> tuple[pa.Table, di
 
     Self-pairs, repeats ((a,b) = (b,a)) and pairs that are also in ``held_out`` (dev/test) are left out and
     counted: ``pairs_in = candidates + self_pairs + duplicates + held_out``.
+
+    Args:
+        table: The pairs (sentence1, sentence2); other columns, labels among them, are dropped.
+        held_out: Tables whose pairs never become candidates, e.g. the target's dev and test.
+
+    Returns:
+        The candidate table (sentence1, sentence2, strategy, retrieval_score null) in pair-code order, and the counts.
+
+    Example:
+        ::
+
+            candidates, counts = given_pairs(target.train, [target.dev, target.test])
     """
     pool = SentencePool.from_pairs(table)
     first = np.fromiter((pool.index[s] for s in table.column("sentence1").to_pylist()), dtype=np.int64, count=table.num_rows)

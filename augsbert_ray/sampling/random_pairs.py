@@ -16,6 +16,17 @@ def _triangle_to_pair(index: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray
 
 
 def available_pairs(pool: SentencePool, excluded: np.ndarray) -> int:
+    """How many distinct pairs random sampling can draw: all n(n-1)/2 combinations less the excluded ones.
+
+    Args:
+        pool: The sentences to recombine.
+        excluded: Distinct pair codes of this pool never to draw (``pool.gold_codes``).
+
+    Example:
+        ::
+
+            available_pairs(pool, pool.gold_codes([gold.train, gold.dev, gold.test]))
+    """
     return len(pool) * (len(pool) - 1) // 2 - len(excluded)
 
 
@@ -24,6 +35,17 @@ def sample_random(pool: SentencePool, n_pairs: int, excluded: np.ndarray, seed: 
 
     Draws in rounds of random triangle indices and keeps new ones, so the n(n-1)/2
     combinations are never materialized.
+
+    Args:
+        pool: The sentences to recombine; at least two.
+        n_pairs: Pairs to draw; positive, at most ``available_pairs`` (else ValueError).
+        excluded: Pair codes never to draw (``pool.gold_codes``: the gold pairs).
+        seed: Seeds the draws: the same pool, exclusions and seed give the same codes in the same (draw) order.
+
+    Example:
+        ::
+
+            pool.candidates(sample_random(pool, 1000, pool.gold_codes([gold.train]), seed=42), "random")
     """
     if n_pairs <= 0:
         raise ValueError(f"the number of random pairs must be positive, got {n_pairs}")

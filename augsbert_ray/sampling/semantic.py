@@ -106,7 +106,28 @@ def semantic_neighbours(
 def sample_semantic(
     pool: SentencePool, model: str, excluded: np.ndarray, spec: SamplingSpec, resources: LabelingSpec
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, cosine) of the union of each sentence's top-k semantic neighbours."""
+    """(codes, cosine) of the union of each sentence's top-k semantic neighbours.
+
+    Embeds on a Ray Data actor pool sized by ``resources``, then searches with faiss in a Ray task.
+
+    Args:
+        pool: The sentences; each one queries all the others.
+        model: The bi-encoder that embeds them: a directory or Hugging Face id.
+        excluded: Pair codes never to return (``pool.gold_codes``: the gold pairs).
+        spec: ``top_k`` (neighbours kept per sentence), the faiss index (``semantic_index``, ``ann_threshold``) and
+            the search task's CPUs (``search_cpus``).
+        resources: The embedding actors: their number, CPUs, GPUs (GPU actors also give the faiss task a GPU), threads
+            and batch size (a job spec's labeling section).
+
+    Returns:
+        The pair codes, each once, in code order, and their cosine similarities (float32).
+
+    Example:
+        ::
+
+            gold_codes = pool.gold_codes([gold.train, gold.dev, gold.test])
+            codes, scores = sample_semantic(pool, "runs/<run>/models/sbert", gold_codes, SamplingSpec(), LabelingSpec())
+    """
     check_top_k(pool, spec.top_k)
     neighbours, scores = semantic_neighbours(pool.sentences, model, search_depth(pool, spec.top_k, excluded), spec, resources)
     return top_k_pairs(pool, neighbours, scores, spec.top_k, excluded)

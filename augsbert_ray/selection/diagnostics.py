@@ -14,7 +14,20 @@ THIN_SILVER_SHARE = 0.1
 
 
 def kl_divergence(gold_labels: np.ndarray, silver_counts: np.ndarray) -> float:
-    """KL(F_gold || F_silver) on [0,1], both densities renormalized on the grid (trapezoid rule)."""
+    """KL(F_gold || F_silver) on [0,1], both densities renormalized on the grid (trapezoid rule).
+
+    Args:
+        gold_labels: The gold train labels (F_gold is their KDE).
+        silver_counts: The silver scores' histogram over [0,1] (``score_histogram``).
+
+    Returns:
+        The divergence in nats; NaN when the gold labels are all equal or the histogram is empty.
+
+    Example:
+        ::
+
+            kl_divergence(gold.train.column("label").to_numpy(), score_histogram(silver, 100))
+    """
     if len(np.unique(gold_labels)) < 2 or silver_counts.sum() == 0:
         return float("nan")
     p = np.maximum(gaussian_kde(gold_labels)(GRID), 1e-12)
@@ -24,13 +37,38 @@ def kl_divergence(gold_labels: np.ndarray, silver_counts: np.ndarray) -> float:
 
 
 def high_similarity_share(silver_counts: np.ndarray) -> float:
-    """Share of scores above 0.6; exact when 0.6 is a bin edge (any bin count divisible by 5)."""
+    """Share of scores above 0.6; exact when 0.6 is a bin edge (any bin count divisible by 5).
+
+    Args:
+        silver_counts: The silver scores' histogram over [0,1] (``score_histogram``).
+
+    Returns:
+        The share in [0, 1]; NaN for an empty histogram.
+
+    Example:
+        ::
+
+            high_similarity_share(score_histogram(silver, 100))
+    """
     total = silver_counts.sum()
     first_high = int(np.ceil(HIGH_SIMILARITY * len(silver_counts) - 1e-9))
     return float(silver_counts[first_high:].sum() / total) if total else float("nan")
 
 
 def silver_diagnostics(gold_labels: np.ndarray, candidates: int, kept_counts: np.ndarray) -> dict[str, float | int]:
+    """A silver set's counts and how close its kept scores are to gold: ``candidates``, ``kept``, ``kl_gold_silver``
+    (``kl_divergence``) and ``high_similarity_share``.
+
+    Args:
+        gold_labels: The gold train labels.
+        candidates: The candidate pairs sampled for the set.
+        kept_counts: The histogram of the kept silver scores (``score_histogram``).
+
+    Example:
+        ::
+
+            silver_diagnostics(gold_labels, candidates.num_rows, score_histogram(kept, 100))["kept"]
+    """
     return {
         "candidates": candidates,
         "kept": int(kept_counts.sum()),
@@ -44,8 +82,18 @@ def thin_silver_warning(strategy: str, labeled: int, kept_counts: np.ndarray, go
     saying why where the cause is known (class-ratio selection keeps only as many pairs as the teacher finds
     positives); None otherwise.
 
+    Args:
+        strategy: The sampling strategy that made the silver set, e.g. ``kde``.
+        labeled: The pairs the teacher labeled.
+        kept_counts: The histogram of the kept silver scores (``score_histogram``; an even bin count for
+            ``kde`` under classification).
+        gold_rows: The gold train pairs.
+        task: ``regression`` or ``classification``.
+
     Example:
-        thin_silver_warning("kde", 160580, kept_histogram, 3668, "classification")
+        ::
+
+            thin_silver_warning("kde", 160580, kept_histogram, 3668, "classification")  # None once 367 pairs are kept
     """
     kept = int(kept_counts.sum())
     if kept >= THIN_SILVER_SHARE * gold_rows:

@@ -40,7 +40,20 @@ SilverRows = ray.data.Dataset | pa.Table
 
 @dataclass(frozen=True)
 class AcceptanceCurve:
-    """Q evaluated on GRID (regression), or the negative keep rate (classification)."""
+    """Q evaluated on GRID (regression), or the negative keep rate (classification).
+
+    Args:
+        task: ``regression`` (``q_grid`` is used) or ``classification`` (``negative_rate`` is used).
+        q_grid: The keep probability at each of the 501 GRID points over [0, 1]; regression only.
+        negative_rate: The probability of keeping a pair scored below 0.5 (those at 0.5 or above are always kept);
+            default 1: keep every pair.
+
+    Example:
+        ::
+
+            curve = AcceptanceCurve("classification", negative_rate=0.25)
+            curve.probability(np.array([0.9, 0.1]))  # array([1.  , 0.25])
+    """
 
     task: TaskType
     q_grid: np.ndarray | None = None
@@ -53,12 +66,32 @@ class AcceptanceCurve:
 
 
 def read_silver(directory: Path, rows: int) -> SilverRows:
-    """The Parquet files of a silver directory: one table when ``rows`` is at most IN_PROCESS_ROWS, else a Dataset."""
+    """The Parquet files of a silver directory: one table when ``rows`` is at most IN_PROCESS_ROWS, else a Dataset.
+
+    Args:
+        directory: A silver set's directory, e.g. a labeling output.
+        rows: The pairs it holds (e.g. the count labeled); it only chooses between a table and a Dataset.
+
+    Example:
+        ::
+
+            silver = read_silver(Path("runs/<run>/silver/bm25"), result.labeled)
+    """
     return pq.read_table(directory) if rows <= IN_PROCESS_ROWS else ray.data.read_parquet(str(directory))
 
 
 def write_silver(silver: SilverRows, directory: Path) -> None:
-    """Into a new ``directory``, as Parquet files."""
+    """Into a new ``directory``, as Parquet files.
+
+    Args:
+        silver: The rows: a table, written as one part-00000.parquet, or a Dataset, written block by block.
+        directory: Where to write; for a table it must not exist yet (its parents are made).
+
+    Example:
+        ::
+
+            write_silver(selected, Path("runs/<run>/silver/kde"))
+    """
     if isinstance(silver, pa.Table):
         directory.mkdir(parents=True)
         pq.write_table(silver, directory / "part-00000.parquet")
@@ -67,6 +100,16 @@ def write_silver(silver: SilverRows, directory: Path) -> None:
 
 
 def accepted_rows(selected: SilverRows) -> SilverRows:
+    """The rows that selection kept: those whose ``accepted`` column is true, as a table or a Dataset like the input.
+
+    Args:
+        selected: Silver rows with the boolean ``accepted`` column of ``mark_accepted`` (or ``select``).
+
+    Example:
+        ::
+
+            kept = accepted_rows(select(silver, gold_labels, "regression", seed=42)[0])
+    """
     return selected.filter(pc.field("accepted")) if isinstance(selected, pa.Table) else selected.filter(expr=col("accepted"))
 
 
@@ -78,7 +121,21 @@ def bin_counts(scores: np.ndarray, bins: int) -> np.ndarray:
 def score_histogram(silver: SilverRows, bins: int, column: str = "score") -> np.ndarray:
     """Counts of silver scores in ``bins`` equal bins over [0,1]: of a table here; of a Dataset, each batch counted
     on the workers and the counts streamed to this process and added up (``bins`` numbers per batch: a groupby's
-    hash shuffle would start its own aggregator actors for them)."""
+    hash shuffle would start its own aggregator actors for them).
+
+    Args:
+        silver: The rows: a table, or a Dataset.
+        bins: How many equal bins; scores outside [0,1] count in the first or last.
+        column: The column of scores.
+
+    Returns:
+        The ``bins`` counts (int64), lowest scores first.
+
+    Example:
+        ::
+
+            score_histogram(accepted_rows(selected), 100).sum()  # the pairs kept
+    """
     if isinstance(silver, pa.Table):
         return bin_counts(silver.column(column).to_numpy(), bins).astype(np.int64)
 
@@ -141,7 +198,18 @@ def classification_curve(gold_labels: np.ndarray, silver_counts: np.ndarray) -> 
 
 
 def pair_uniforms(sentences1: np.ndarray, sentences2: np.ndarray, seed: int) -> np.ndarray:
-    """A uniform [0,1) number per pair from a keyed hash of the unordered pair: stable across blocks and runs."""
+    """A uniform [0,1) number per pair from a keyed hash of the unordered pair: stable across blocks and runs.
+
+    Args:
+        sentences1: The pairs' first sentences.
+        sentences2: Their second sentences, as many; (a,b) and (b,a) get the same number.
+        seed: The hash key; another seed gives independent numbers.
+
+    Example:
+        ::
+
+            pair_uniforms(np.array(["a", "b"]), np.array(["b", "a"]), seed=42)  # two equal numbers
+    """
     key = seed.to_bytes(8, "little", signed=True)
     out = np.empty(len(sentences1), dtype=np.float64)
     for i, (a, b) in enumerate(zip(sentences1, sentences2)):
@@ -152,7 +220,20 @@ def pair_uniforms(sentences1: np.ndarray, sentences2: np.ndarray, seed: int) -> 
 
 
 def mark_accepted(silver: SilverRows, curve: AcceptanceCurve, seed: int) -> SilverRows:
-    """Add the boolean `accepted` column; rows are kept, so counts before and after selection add up."""
+    """Add the boolean `accepted` column; rows are kept, so counts before and after selection add up.
+
+    A row is accepted when its ``pair_uniforms`` number is below the curve's probability at its score.
+
+    Args:
+        silver: Labeled pairs (sentence1, sentence2, score): a table, or a Dataset (marked lazily, batch by batch).
+        curve: The keep probability of each score.
+        seed: Keys the hash of each pair (``pair_uniforms``).
+
+    Example:
+        ::
+
+            marked = mark_accepted(silver, AcceptanceCurve("classification", negative_rate=0.25), seed=42)
+    """
 
     def accepted(sentences1: np.ndarray, sentences2: np.ndarray, scores: np.ndarray) -> np.ndarray:
         return pair_uniforms(sentences1, sentences2, seed) < curve.probability(scores.astype(np.float64))
