@@ -168,7 +168,7 @@ def read_splits(ctx: RunContext, data: DataSpec, data_dir: str | Path | None, fo
         f"{prefix or 'gold_'}test": gold.test.num_rows,
         **gold.cleaning_counts(prefix or "gold_"),
     }
-    check_reject_fractions(gold, data.max_reject_fraction, rejects_path, folder)
+    check_reject_fractions(gold, data.max_reject_fraction, rejects_path, folder, f"{prefix.replace('_', '.')}data.max_reject_fraction")
     ctx.layout.split(folder, "train").parent.mkdir(exist_ok=True)
     for split in ("train", "dev", "test"):
         pq.write_table(gold.split(split), ctx.layout.split(folder, split))

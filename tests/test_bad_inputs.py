@@ -29,7 +29,7 @@ from ray.train import WorkerGroupError
 from augsbert_ray.auth import InsecureTokenError, check_token_file
 from augsbert_ray.cli import main, ray_failure
 from augsbert_ray.config import SpecError, load_spec
-from augsbert_ray.data import check_gold_usable, load_gold
+from augsbert_ray.data import check_gold_usable, load_gold, read_sentences
 from augsbert_ray.pipeline import run_metrics
 from augsbert_ray.stages import RunContext, Silver, read_gold
 from augsbert_ray.report import write_report
@@ -379,6 +379,42 @@ def test_run_refuses_a_transfer_target_it_cannot_use(ray_session, tmp_path: Path
     sections = transfer_sections({"data": own_data(tmp_path, **{"train": scores(20), **target}, name="target")})
     line, _ = run_error(tmp_path, capsys, job_file(tmp_path, own_data(tmp_path, scores(20)), **sections))
     assert line == f"augsbert run: error: {message}"
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("bad.csv", "sentence,id\nhello there,a\nbad,row,extra\nhi,c\n", "bad.csv:3: expected 2 fields, got 3"),
+        ("bad.jsonl", '{"sentence": "a b"}\n\nnot json\n', "bad.jsonl:3: invalid JSON: "),
+        ("number.jsonl", '{"sentence": "a b"}\n{"sentence": 5}\n', "number.jsonl:2 field 'sentence': not text: 5"),
+    ],
+)
+def test_a_malformed_sentence_record_is_one_line_naming_file_and_line(tmp_path: Path, name: str, content: str, message: str) -> None:
+    """Before: a raw ArrowInvalid (a bad CSV record or JSONL line)."""
+    (tmp_path / name).write_text(content)
+    with pytest.raises(SpecError, match=re.escape(f"target.sentences {tmp_path}/{message}")):
+        read_sentences(tmp_path / name, "target.sentences")
+
+
+def test_sentences_that_look_like_numbers_are_text(tmp_path: Path) -> None:
+    """Before: arrow typed the column as integers, and the read failed on `int.strip`."""
+    (tmp_path / "numbers.csv").write_text("sentence,id\n1,a\n2,b\n 3 ,c\n")
+    assert read_sentences(tmp_path / "numbers.csv") == ["1", "2", "3"]
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ({"train": scores(18) + ["x", "y"]}, "target: 2 of 60 rows rejected (3.33%), above target.data.max_reject_fraction=1.00%"),
+        ({split: "sentence1,sentence2,label\n" for split in ("train", "dev", "test")}, "target: no rows were read"),
+    ],
+    ids=["bad-labels", "header-only"],
+)
+def test_target_rejects_name_the_target_and_its_setting(ray_session, tmp_path: Path, capsys, target: dict, message: str) -> None:
+    """Before: "no gold rows were read", and the source's setting, for a transfer's target."""
+    sections = transfer_sections({"data": own_data(tmp_path, **{"train": scores(20), **target}, name="target")})
+    line, _ = run_error(tmp_path, capsys, job_file(tmp_path, own_data(tmp_path, scores(20)), **sections))
+    assert line.startswith(f"augsbert run: error: {message}")
 
 
 def test_a_transfer_target_without_train_is_usable_with_sentences(tmp_path: Path) -> None:

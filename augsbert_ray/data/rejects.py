@@ -63,7 +63,7 @@ def check_reject_fraction(
             check_reject_fraction(read.rows_read, read.rejects, 0.01, Path("rejects.jsonl"))  # or TooManyRejectsError
     """
     if rows_read == 0:
-        raise TooManyRejectsError("no gold rows were read: check the data files")
+        raise TooManyRejectsError(f"{scope + ': ' if scope else ''}no rows were read: check the data files")
     fraction = len(rejects) / rows_read
     if fraction > max_fraction:
         by_reason: dict[str, int] = {}

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
 
 from augsbert_ray.config import SpecError
 from augsbert_ray.data.formats import input_format, read_schema
 
+SENTENCE = "sentence"
+
 
 def read_sentences(path: Path, what: str = "--sentences") -> list[str]:
-    """One sentence per line (.txt), or the `sentence` column of a csv/jsonl/parquet file; blank ones skipped.
-    ``what`` names the option or field in error messages.
+    """One sentence per line (.txt), or the `sentence` column of a csv/jsonl/parquet file, read as text whatever
+    its values look like; blank ones skipped. A malformed record stops the read with a SpecError naming its file and
+    line. ``what`` names the option or field in error messages.
 
     Args:
         path: The file; a .txt or suffix-less file is read as lines, else the format comes from the suffix.
@@ -30,16 +39,62 @@ def read_sentences(path: Path, what: str = "--sentences") -> list[str]:
     if path.suffix in (".txt", ""):
         sentences = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
     else:
-        import pyarrow.csv as pacsv
-        import pyarrow.json as pajson
-        import pyarrow.parquet as pq
-
-
         fmt = input_format([str(path)], None)
-        read_schema(str(path), fmt, ("sentence", "sentence"))
-        reader = {"parquet": pq.read_table, "csv": pacsv.read_csv, "jsonl": pajson.read_json}[fmt]
-        sentences = [s.strip() for s in reader(str(path)).column("sentence").to_pylist() if s]
+        read_schema(str(path), fmt, (SENTENCE, SENTENCE))  # the column is there and holds text
+        if fmt == "parquet":
+            column = pq.read_table(path, columns=[SENTENCE]).column(SENTENCE)
+        else:
+            column = (_csv_sentences if fmt == "csv" else _jsonl_sentences)(path, what)
+        sentences = [s.strip() for s in column.to_pylist() if s]
     sentences = [s for s in sentences if s]
     if len(set(sentences)) < 2:
         raise SpecError(f"{what} {path}: needs at least two distinct non-empty sentences")
     return sentences
+
+
+def _csv_sentences(path: Path, what: str) -> pa.ChunkedArray:
+    """The column as text, whatever its values look like; a record with the wrong number of fields stops the read
+    with its line number."""
+    invalid: list[pacsv.InvalidRow] = []
+
+    def refuse(row: pacsv.InvalidRow) -> str:  # an exception raised here would not reach the caller
+        invalid.append(row)
+        return "error"
+
+    try:
+        return pacsv.read_csv(path, read_options=pacsv.ReadOptions(use_threads=False),  # one thread: line numbers
+                              parse_options=pacsv.ParseOptions(invalid_row_handler=refuse),
+                              convert_options=pacsv.ConvertOptions(column_types={SENTENCE: pa.string()}, include_columns=[SENTENCE])
+                              ).column(SENTENCE)
+    except pa.ArrowInvalid as exc:
+        if invalid:
+            row = invalid[0]
+            raise SpecError(f"{what} {path}:{row.number}: expected {row.expected_columns} fields, got {row.actual_columns}") from None
+        raise SpecError(f"{what} {path}: cannot read as csv: {str(exc).splitlines()[0]}") from None
+
+
+def _jsonl_sentences(path: Path, what: str) -> pa.ChunkedArray:
+    """The column as text; a line that is not a JSON object with a text (or absent) sentence stops the read with
+    its line number."""
+    options = pajson.ParseOptions(explicit_schema=pa.schema([(SENTENCE, pa.string())]), unexpected_field_behavior="ignore")
+    try:
+        return pajson.read_json(path, parse_options=options).column(SENTENCE)
+    except pa.ArrowInvalid as exc:
+        with path.open("rb") as handle:
+            for number, line in enumerate(handle, start=1):
+                if line.strip() and (problem := _not_a_sentence_record(line)):
+                    raise SpecError(f"{what} {path}:{number}{problem}") from None
+        raise SpecError(f"{what} {path}: cannot read as jsonl: {str(exc).splitlines()[0]}") from None
+
+
+def _not_a_sentence_record(line: bytes) -> str | None:
+    """What is wrong with a JSONL line, as the end of an error message; None if nothing."""
+    try:
+        record = json.loads(line)
+    except ValueError as exc:  # invalid JSON or UTF-8
+        return f": invalid JSON: {exc}"
+    if not isinstance(record, dict):
+        return ": not a JSON object"
+    if not isinstance(record.get(SENTENCE, ""), (str, type(None))):
+        return f" field {SENTENCE!r}: not text: {record[SENTENCE]!r}"
+    return None

@@ -34,26 +34,28 @@ def check_scorable(task: TaskType, labels: np.ndarray, what: str) -> None:
         raise SpecError(f"{what}: all {len(labels)} labels are equal; {METRIC[task]} needs at least two different labels")
 
 
-def check_reject_fractions(gold: GoldData, max_fraction: float, rejects_path: Path | None, what: str = "gold") -> None:
+def check_reject_fractions(gold: GoldData, max_fraction: float, rejects_path: Path | None, what: str = "gold",
+                           setting: str = "data.max_reject_fraction") -> None:
     """``max_fraction`` of the rows read overall and of each split's file (``what`` names the data in messages):
     a split's bad rows must not hide among the other splits' good ones.
 
     Args:
         gold: The splits as read, with their rejects and each split's file's read.
-        max_fraction: The largest share of rejected rows allowed, in [0, 1] (``data.max_reject_fraction``).
+        max_fraction: The largest share of rejected rows allowed, in [0, 1] (``setting``).
         rejects_path: The file the rejects were written to, named in the error; None names none.
         what: The data's name in messages, e.g. ``"target"``.
+        setting: The spec field that holds ``max_fraction``, named in messages.
 
     Example:
         ::
 
             check_reject_fractions(gold, spec.data.max_reject_fraction, Path("runs/x/rejects.jsonl"))
     """
-    check_reject_fraction(gold.rows_read, gold.rejects, max_fraction, rejects_path)
+    check_reject_fraction(gold.rows_read, gold.rejects, max_fraction, rejects_path, setting, scope=what)
     for split, read in gold.reads.items():
         if read.rows_read:  # an empty split is named by check_gold_usable
             scope = f"{what} {'file of every split' if split == 'all' else f'{split} split'}"
-            check_reject_fraction(read.rows_read, read.rejects, max_fraction, rejects_path, scope=scope)
+            check_reject_fraction(read.rows_read, read.rejects, max_fraction, rejects_path, setting, scope=scope)
 
 
 def batch_need(setting: str, batch_size: int, workers: int, both_orders: bool = False) -> tuple[int, str]:
