@@ -9,6 +9,8 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.stats import spearmanr
 
+from augsbert_ray.config import TaskType
+
 _WORD = re.compile(r"\w+")
 
 
@@ -78,7 +80,7 @@ def best_threshold(scores: Sequence[float], labels: Sequence[int]) -> float:
     return float(descending[last_of_tie][int(np.argmax(f1s))])  # descending: the first maximum is the highest threshold
 
 
-def dev_metric(task: str, scores: np.ndarray, labels: np.ndarray) -> float:
+def dev_metric(task: TaskType, scores: np.ndarray, labels: np.ndarray) -> float:
     """The task's main metric on one split: Spearman x100, or F1 x100 at the threshold best on that split.
 
     Args:

@@ -37,7 +37,7 @@ def kl_divergence(gold_labels: np.ndarray, silver_counts: np.ndarray) -> float:
 
 
 def high_similarity_share(silver_counts: np.ndarray) -> float:
-    """Share of scores above 0.6; exact when 0.6 is a bin edge (any bin count divisible by 5).
+    """Share of scores at 0.6 or above; exact when 0.6 is a bin edge (any bin count divisible by 5).
 
     Args:
         silver_counts: The silver scores' histogram over [0,1] (``score_histogram``).
