@@ -569,7 +569,17 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise SpecError(f"--set expects KEY=VALUE (e.g. data.train_limit=1000), got {text!r}")
-    return key.strip().split("."), yaml.safe_load(raw) if raw.strip() else None
+    try:
+        return key.strip().split("."), yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"--set {text}: the value is not valid YAML ({yaml_problem(exc)})") from None
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error in one line: what is wrong, and where."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"{problem}, line {mark.line + 1} column {mark.column + 1}" if mark else problem
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -603,11 +613,17 @@ def load_spec(path: str | Path | None, overrides: list[str] | None = None) -> Jo
     if path is not None:
         origin = str(path)
         try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+            data = Path(path).read_bytes()
+            loaded = yaml.safe_load(data.decode("utf-8"))
         except FileNotFoundError:
             raise SpecError(f"job spec not found: {path}") from None
+        except IsADirectoryError:
+            raise SpecError(f"job spec {path}: a directory, not a YAML file") from None
+        except UnicodeDecodeError as exc:
+            line = data[: exc.start].count(b"\n") + 1
+            raise SpecError(f"job spec {path}:{line}: not UTF-8 ({exc.reason}); save it as UTF-8") from None
         except yaml.YAMLError as exc:
-            raise SpecError(f"job spec {path} is not valid YAML: {exc}") from None
+            raise SpecError(f"job spec {path} is not valid YAML: {yaml_problem(exc)}") from None
         if loaded is not None and not isinstance(loaded, dict):
             raise SpecError(f"job spec {path} must be a mapping of sections, got {type(loaded).__name__}")
         raw = loaded or {}

@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -70,8 +71,20 @@ def test_bad_overrides() -> None:
 def test_missing_spec_file_and_bad_yaml(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="not found"):
         load_spec(tmp_path / "absent.yaml")
-    with pytest.raises(SpecError, match="not valid YAML"):
+    with pytest.raises(SpecError, match=r"not valid YAML: .*, line 2 column 1$"):
         load_spec(write(tmp_path, "data: [unclosed\n"))
+    with pytest.raises(SpecError, match=r"a directory, not a YAML file"):
+        load_spec(tmp_path)
+    (tmp_path / "cp1252.yaml").write_bytes(b"seed: 1\nname: caf\xe9\n")
+    with pytest.raises(SpecError, match=r"cp1252.yaml:2: not UTF-8"):
+        load_spec(tmp_path / "cp1252.yaml")
+
+
+@pytest.mark.parametrize("override", ["sampling.strategies=[bm25,", "name=@home"])
+def test_a_set_value_that_is_not_yaml_is_one_line(override: str) -> None:
+    """Before: a yaml.ParserError / ScannerError traceback."""
+    with pytest.raises(SpecError, match=rf"^--set {re.escape(override)}: the value is not valid YAML \(.*, line 1 column \d+\)$"):
+        load_spec(None, [override])
 
 
 @pytest.mark.parametrize("pair, message", [

@@ -76,6 +76,35 @@ def test_missing_column_is_an_error_naming_the_file(tmp_path: Path) -> None:
         read_pairs(SourceSpec(path=path), "regression")
 
 
+def test_a_row_with_more_fields_than_the_header_is_a_reject_not_shifted_sentences(tmp_path: Path) -> None:
+    """Before: an unquoted comma in a sentence shifted the fields, and the pair was accepted with a cut sentence."""
+    path = tmp_path / "pairs.csv"
+    path.write_text("score,sentence1,sentence2\n0.5,He said hi, then left,She left\n0.2,a,b\n")
+    result = read_pairs(SourceSpec(path=path, columns={"label": "score"}), "regression")
+    assert (result.rows_read, result.table.column("sentence1").to_pylist()) == (2, ["a"])
+    assert [str(reject) for reject in result.rejects] == [f"{path}:2 field '(line)': expected 3 fields, got 4"]
+
+
+def test_a_quoted_sentence_spanning_lines_keeps_its_newline(tmp_path: Path) -> None:
+    """Before: the line end was dropped, gluing 'line one' to 'line two'."""
+    path = tmp_path / "pairs.csv"
+    path.write_bytes(b'sentence1,sentence2,label\r\n"line one\r\nline two",b,0.5\r\nc,d,0.2\r\n')
+    result = read_pairs(SourceSpec(path=path), "regression")
+    assert result.table.column("sentence1").to_pylist() == ["line one\nline two", "c"] and not result.rejects
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"sentence1,sentence2,label\ra,b,0.5\rc,d,0.3\r", "pairs.csv:1: cannot read the header: new-line character seen"),
+    ("sentence1,sentence2,label\na,b,0.5\n".encode("utf-16"), r"pairs.csv:1: the header is not UTF-8 \(UTF-16\?\)"),
+    (b"sentence1,sentence1,sentence2,label\na,x,b,0.5\n", "pairs.csv:1: column 'sentence1' appears 2 times in the header"),
+], ids=["cr-line-ends", "utf-16", "repeated-column"])
+def test_an_unreadable_header_is_one_line_naming_the_file(tmp_path: Path, content: bytes, message: str) -> None:
+    """Before: a raw _csv.Error traceback (CR-only line ends, UTF-16), or the last repeated column silently won."""
+    (tmp_path / "pairs.csv").write_bytes(content)
+    with pytest.raises(ValueError, match=message):
+        read_pairs(SourceSpec(path=tmp_path / "pairs.csv"), "regression")
+
+
 def test_named_formats_read_cleanly(data_dir: Path) -> None:
     stsb = read_pairs(SourceSpec(path=data_dir / "stsb/sts-train.csv", format="stsb"), "regression")
     assert stsb.table.num_rows == 5749 and not stsb.rejects  # SOURCE.txt: train 5749, 9-field lines included

@@ -87,13 +87,16 @@ def _delimited_rows(path: Path, delimiter: str, quoting: int, columns: ColumnMap
                 pending_rejects.append(_bad_utf8(path, number, raw))
                 continue
             good_lines.append(number)
-            yield text
+            yield text + "\n"  # the line end back: a quoted field spanning lines keeps its newline
 
     pending_rejects: list[Reject] = []
     reader = csv.reader(text_lines(), delimiter=delimiter, quoting=quoting, strict=False)
-    header = next(reader, None)
-    yield from pending_rejects
-    pending_rejects.clear()
+    try:
+        header = next(reader, None)
+    except csv.Error as exc:  # e.g. CR-only line ends (old Mac exports) or UTF-16 text
+        raise ValueError(f"{path}:1: cannot read the header: {exc} (save the file as UTF-8 with LF or CRLF line ends)") from None
+    if pending_rejects:  # the header line itself is not UTF-8: a later line would pass for it
+        raise ValueError(f"{path}:{pending_rejects[0].line}: the header is not UTF-8 (UTF-16?); save the file as UTF-8")
     if header is None:
         return
     wanted = _column_keys(columns)
@@ -101,6 +104,9 @@ def _delimited_rows(path: Path, delimiter: str, quoting: int, columns: ColumnMap
     absent = [column for column in wanted.values() if column not in index]
     if absent:
         raise ValueError(f"{path}:1: header has no column {', '.join(map(repr, absent))} (header: {header})")
+    repeated = [column for column in wanted.values() if header.count(column) > 1]
+    if repeated:
+        raise ValueError(f"{path}:1: column {repeated[0]!r} appears {header.count(repeated[0])} times in the header")
     while True:
         start = len(good_lines)
         try:
@@ -117,6 +123,9 @@ def _delimited_rows(path: Path, delimiter: str, quoting: int, columns: ColumnMap
         if not cells:
             continue  # a blank line is not a data row
         line = good_lines[start] if start < len(good_lines) else good_lines[-1]
+        if len(cells) > len(header):  # e.g. an unquoted delimiter inside a sentence: its fields would shift
+            yield Reject(str(path), line, "(line)", f"expected {len(header)} fields, got {len(cells)}", delimiter.join(cells)[:200])
+            continue
         values = {key: cells[index[column]] if index[column] < len(cells) else None for key, column in wanted.items()}
         yield _RawRow(line, values, delimiter.join(cells)[:200])
     yield from pending_rejects  # bad lines after the last record
