@@ -17,7 +17,9 @@ from augsbert_ray.config import JobSpec, SpecError, check_output_dir, dump_spec,
 from augsbert_ray.evaluation import Evaluation
 from augsbert_ray.layout import METRICS_FILE, REPORT_FILE, SPEC_FILE, bi_encoder_name
 from augsbert_ray.report import plot_score_densities, write_report
-from augsbert_ray.resume import FINGERPRINT_FILE, changed_entries, describe, fit_still_matches, run_fingerprint, write_fingerprint
+from augsbert_ray.labeling import check_resources, labels_in_process
+from augsbert_ray.models import check_model, resolve_model
+from augsbert_ray.resume import FINGERPRINT_FILE, changed_entries, describe, fit_still_matches, run_fingerprint, run_models, write_fingerprint
 from augsbert_ray.runtime import RUN_LOG, chatter_to, check_cpu_bf16, init_ray, log
 from augsbert_ray.stages import (
     CandidateSource, Fit, FitLedger, Gold, RunContext, Silver, StageClock, check_teacher, evaluate_models, given_target_pairs,
@@ -66,6 +68,7 @@ def start_run(
     or the unfinished run ``resume``; then Ray."""
     check_cpu_bf16(spec.ray.address, {"training.bf16": spec.training.bf16 and not spec.training.use_gpu,
                                       "labeling.precision bf16": spec.labeling.bf16_on_cpu})
+    check_run_models(spec)
     if resume is None:
         ctx = RunContext.open(spec, run_dir or new_run_dir(spec))
         (ctx.layout.root / SPEC_FILE).write_text(dump_spec(spec), encoding="utf-8")
@@ -74,7 +77,18 @@ def start_run(
         ctx = resume_run(spec, resume, data_dir, force_resume)
     log.info("run directory: %s", ctx.layout.root)
     init_ray(spec.ray.address, spec.ray.num_cpus)
+    check_resources(spec.labeling, labels_in_process(spec.labeling, spec.ray.address))  # before the fits, not after
     return ctx
+
+
+def check_run_models(spec: JobSpec) -> None:
+    """Every model the run loads must load (``check_model``): a typo in one first used late in the run (the
+    zero-shot model at evaluation) fails in seconds, before Ray starts, naming its setting."""
+    for setting, name in run_models(spec).items():
+        try:
+            check_model(resolve_model(name))
+        except (SpecError, FileNotFoundError) as exc:
+            raise SpecError(f"{setting}: {exc}") from None
 
 
 def load_run_spec(run_dir: Path, overrides: list[str] | None = None) -> JobSpec:

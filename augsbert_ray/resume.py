@@ -59,17 +59,29 @@ def run_fingerprint(spec: JobSpec, data_dir: str | Path | None) -> dict[str, Any
         files.update({f"target.{split}": source.path for split, source in gold_sources(spec.target.data, data_dir).items()})
         if spec.target.sentences is not None:
             files["target.sentences"] = spec.target.sentences
+    return {
+        **flatten(comparable_spec(spec), "spec."),
+        **{f"files.{role}": file_digest(Path(path)) for role, path in files.items()},
+        **{f"models.{field}": model_fingerprint(resolve_model(name)) for field, name in run_models(spec).items()},
+    }
+
+
+def run_models(spec: JobSpec) -> dict[str, str]:
+    """The models a run of ``spec`` loads, by the setting that names them (a fitted model's start, or the model it
+    is given already trained).
+
+    Example:
+        ::
+
+            run_models(load_spec("jobs/stsb_indomain_bm25.yaml"))["bi_encoder"]  # 'minilm'
+    """
     models = {"cross_encoder": spec.cross_encoder.trained or spec.cross_encoder.model, "bi_encoder": spec.bi_encoder.model,
               "evaluation.zero_shot_model": spec.evaluation.zero_shot_model}
     if "bi_encoder" in spec.teacher.member_kinds or spec.evaluation.teacher_bi_encoder:  # fitted: a member, or scored beside
         models["teacher.bi_encoder"] = spec.teacher.bi_encoder.trained or spec.teacher.bi_encoder.model
     if spec.sampling.semantic_model != "gold":
         models["sampling.semantic_model"] = spec.sampling.semantic_model
-    return {
-        **flatten(comparable_spec(spec), "spec."),
-        **{f"files.{role}": file_digest(Path(path)) for role, path in files.items()},
-        **{f"models.{field}": model_fingerprint(resolve_model(name)) for field, name in models.items()},
-    }
+    return models
 
 
 def write_fingerprint(run_dir: Path, fingerprint: dict[str, Any]) -> None:

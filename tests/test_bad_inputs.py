@@ -358,6 +358,19 @@ def transfer_sections(target: dict) -> dict:
     return {"scenario": "domain-transfer", "target": target}
 
 
+@pytest.mark.parametrize(("setting", "message"), [
+    ("evaluation.zero_shot_model=minlm", "evaluation.zero_shot_model: model minlm: no such directory, and not a loadable model id"),
+    ("sampling.semantic_model=./no-such-model", "sampling.semantic_model: model path not found: ./no-such-model"),
+    ("labeling.gpus_per_actor=0.25", "labeling.gpus_per_actor 0.25, but the Ray cluster has 0 GPUs"),
+], ids=["zero-shot-model", "semantic-model", "labeling-gpus"])
+def test_run_refuses_what_it_would_first_need_late_before_reading_data(ray_session, tmp_path: Path, capsys, setting: str,
+                                                                        message: str) -> None:
+    """Before: these failed after the cross-encoder and SBERT fits (labeling, sampling) or at the last stage."""
+    line, run_dir = run_error(tmp_path, capsys, job_file(tmp_path, own_data(tmp_path, scores(20))), setting)
+    assert line.startswith(f"augsbert run: error: {message}")
+    assert not (run_dir / "gold").exists()
+
+
 def test_run_refuses_a_transfer_source_smaller_than_a_batch(ray_session, tmp_path: Path, capsys) -> None:
     target = {"data": own_data(tmp_path, scores(20), name="target")}
     line, run_dir = run_error(tmp_path, capsys, job_file(tmp_path, own_data(tmp_path, scores(7)), **transfer_sections(target)))

@@ -129,7 +129,17 @@ def labels_here(spec: LabelingSpec, address: str | None) -> bool:
 
 def check_resources(spec: LabelingSpec, here: bool) -> None:
     """An actor's request must fit the Ray cluster, or this machine when labeling ``here`` (the spec checked the rest
-    when it was made)."""
+    when it was made).
+
+    Args:
+        spec: The labeling settings (CPUs and GPUs per actor).
+        here: Whether the calling process labels (``labels_in_process``): this machine's CPUs count, not Ray's.
+
+    Example:
+        ::
+
+            check_resources(spec.labeling, labels_in_process(spec.labeling, spec.ray.address))  # or SpecError
+    """
     resources, where = ({"CPU": os.cpu_count() or 1}, "this machine") if here else (ray.cluster_resources(), "the Ray cluster")
     for field, wanted, kind in (("gpus_per_actor", spec.gpus_per_actor, "GPU"), ("cpus_per_actor", spec.cpus_per_actor, "CPU")):
         if wanted > resources.get(kind, 0):
