@@ -24,10 +24,16 @@ def input_format(files: list[str], fmt: str | None) -> str:
         if fmt not in FORMATS:
             raise SpecError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
         return fmt
-    suffix = Path(files[0]).suffix
-    if suffix not in SUFFIXES:
-        raise SpecError(f"{files[0]}: cannot tell the format from the suffix {suffix!r}; pass --format")
-    return SUFFIXES[suffix]
+    by_format: dict[str, str] = {}
+    for file in files:
+        suffix = Path(file).suffix
+        if suffix not in SUFFIXES:
+            raise SpecError(f"{file}: cannot tell the format from the suffix {suffix!r}; pass --format")
+        by_format.setdefault(SUFFIXES[suffix], file)
+    if len(by_format) > 1:
+        raise SpecError("the inputs mix formats (" + ", ".join(f"{fmt}: {file}" for fmt, file in by_format.items())
+                        + "); give files of one format")
+    return next(iter(by_format))
 
 
 def read_schema(path: str, fmt: str, text_columns: tuple[str, str]) -> pa.Schema:
@@ -52,6 +58,9 @@ def read_schema(path: str, fmt: str, text_columns: tuple[str, str]) -> pa.Schema
     missing = [column for column in text_columns if column not in schema.names]
     if missing:
         raise SpecError(f"{path}: no column {', '.join(map(repr, missing))} (columns: {', '.join(schema.names)}); see --text-columns")
+    repeated = [column for column in text_columns if schema.names.count(column) > 1]
+    if repeated:
+        raise SpecError(f"{path}: column {repeated[0]!r} appears {schema.names.count(repeated[0])} times")
     for column in text_columns:
         index = schema.get_field_index(column)
         if not is_text_type(schema.field(index).type):
