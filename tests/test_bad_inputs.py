@@ -812,14 +812,16 @@ def test_label_counts_malformed_jsonl_lines(ray_session, tiny_cross_encoder: Pat
     lines = ['{"sentence1": "a cat", "sentence2": "a dog"}', '{"sentence1": "cut off', "",
              '{"sentence1": 7, "sentence2": "a number is not a sentence"}', "[1, 2]", '{"sentence1": "rain", "sentence2": "sun"}']
     data = tmp_path / "pairs.jsonl"
-    data.write_text("\n".join(lines) + "\n")
+    # and a latin-1 line, which arrow's JSON reader took (before: the labeler then failed decoding it, exit 1)
+    data.write_bytes(("\n".join(lines) + "\n").encode() + b'{"sentence1": "caf\xe9", "sentence2": "a bar"}\n')
     code, out, err = label(capsys, tiny_cross_encoder, data, tmp_path / "out")
     assert code == 0, err
-    assert "pairs in 5 = labeled 2 + rejected 3" in out
+    assert "pairs in 6 = labeled 2 + rejected 4" in out
     assert rejects_of(tmp_path / "out") == [
         (2, "(line)", "invalid JSON record: Missing a closing quotation mark in string."),
         (4, "sentence1", "invalid JSON record: Column(/sentence1) changed from string to number"),
         (5, "(line)", "invalid JSON record: Column() changed from object to array"),
+        (7, "(line)", "bad UTF-8"),
     ]
 
 

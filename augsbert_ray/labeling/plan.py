@@ -197,11 +197,17 @@ def _read_jsonl(shard: Shard, data: bytes) -> tuple[pa.Table, np.ndarray, list[R
     lines = [(shard.first_row + index + 1, line) for index, line in enumerate(data.split(b"\n")) if line.strip()]
     try:
         table = pajson.read_json(io.BytesIO(data), parse_options=parse)
+        table.validate(full=True)  # arrow's JSON reader takes text that is not UTF-8; the labeler's decoding would fail
         return table, np.array([number for number, _ in lines], dtype=np.int64), []
     except pa.ArrowInvalid:
         pass  # found line by line below
     good, rejects = [], []
     for number, line in lines:
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError:
+            rejects.append(Reject(shard.path, number, RECORD, "bad UTF-8", line[:200].decode("utf-8", errors="replace")))
+            continue
         try:
             pajson.read_json(io.BytesIO(line), parse_options=parse)
             good.append((number, line))
