@@ -211,8 +211,9 @@ def _evaluation_data(args: argparse.Namespace) -> DataSpec:
     if args.score_range and args.task == "classification":
         raise SpecError("--score-range scales regression scores; --task classification takes 0/1 labels")
     if args.data in ("stsb", "mrpc", "bws"):
-        if args.score_range:
-            raise SpecError(f"--score-range is for pair files; the named dataset {args.data} has its own")
+        for option, given in (("--score-range", args.score_range), ("--dev", args.dev), ("--format", args.format)):
+            if given:
+                raise SpecError(f"{option} is for pair files; the named dataset {args.data} has its own")
         return DataSpec(dataset=args.data, task=args.task, max_reject_fraction=args.max_reject_fraction)
 
     def source(option: str, path: str) -> SourceSpec:
@@ -252,6 +253,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     from augsbert_ray.labeling import Teacher
     from augsbert_ray.models import check_model, resolve_model
 
+    rejects_path = Path(args.rejects) if args.rejects else None
+    if rejects_path is not None and rejects_path.is_dir():
+        raise SpecError(f"--rejects {rejects_path}: a directory; give a file to write the rejected rows to")
     if Path(args.model).is_file():  # a run's models/teacher.json: the whole teacher, its maps applied
         if args.kind not in ("auto", "teacher"):
             raise SpecError(f"{args.model} is a teacher file; --kind {args.kind} takes a model directory")
@@ -269,7 +273,6 @@ def _evaluate(args: argparse.Namespace) -> int:
     gold = load_gold(data, seed=args.seed, data_dir=args.data_dir)
     if task == "classification":
         check_class_labels(gold.rejects, gold.rows_read)
-    rejects_path = Path(args.rejects) if args.rejects else None
     _report_rejects(gold.rows_read, gold.rejects, rejects_path, data.max_reject_fraction)
     repeats = [f"{split} {gold.duplicates[split]} ({gold.label_conflicts[split]} with another label)"
                for split in ("dev", "test") if gold.duplicates[split]]

@@ -602,7 +602,9 @@ def format_validation_error(error: ValidationError, origin: str) -> str:
         message = item["msg"]
         if item["type"] == "extra_forbidden":
             message = "unknown key"
-        lines.append(f"  {field}: {message} (got {item.get('input')!r})" if item["type"] != "missing" else f"  {field}: {message}")
+        # a section's whole mapping (a check across its fields, or the spec's) says nothing the message does not
+        shown = item["type"] != "missing" and not isinstance(item.get("input"), (dict, BaseModel))
+        lines.append(f"  {field}: {message} (got {item.get('input')!r:.200})" if shown else f"  {field}: {message}")
     return "\n".join(lines)
 
 

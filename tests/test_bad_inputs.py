@@ -91,6 +91,17 @@ def test_evaluate_writes_rejects_to_a_file(tiny_model: Path, tmp_path: Path, cap
     assert json.loads(out)["rows"]["read"] == 100
 
 
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--data", "mrpc", "--dev", "dev.csv"], "--dev is for pair files; the named dataset mrpc has its own"),
+    (["--data", "stsb", "--format", "csv"], "--format is for pair files; the named dataset stsb has its own"),
+    (["--data", "stsb", "--rejects", "."], "--rejects .: a directory; give a file to write the rejected rows to"),
+], ids=["dev-with-named", "format-with-named", "rejects-dir"])
+def test_evaluate_refuses_flags_it_would_ignore_or_cannot_follow(tiny_model: Path, capsys, flags: list[str], message: str) -> None:
+    """Before: --dev and --format were silently ignored with a named dataset; --rejects DIR was a traceback."""
+    code, out, err = evaluate(capsys, tiny_model, *flags)
+    assert (code, out, err) == (2, "", f"augsbert evaluate: error: {message}\n")
+
+
 def test_evaluate_reads_a_file_named_for_dev_and_test_once(tiny_model: Path, tmp_path: Path, capsys) -> None:
     labels = scores(50)
     labels[0] = "high"
@@ -844,7 +855,7 @@ def test_evaluate_names_a_parquet_sentence_column_of_ints(tiny_model: Path, tmp_
 
 def test_job_spec_names_a_parquet_sentence_column_of_ints(tmp_path: Path) -> None:
     data = int_sentences(tmp_path / "train.parquet")
-    with pytest.raises(SpecError, match=r"\n  data\.train: Value error, column 'sentence1' holds int64, not text \(got "):
+    with pytest.raises(SpecError, match=r"\n  data\.train: Value error, column 'sentence1' holds int64, not text\n"):  # not the section's dump
         load_spec(None, ["data.dataset=null", f"data.train={{path: {data}}}", f"data.test={{path: {data}}}"])
 
 

@@ -105,6 +105,16 @@ def test_an_unreadable_header_is_one_line_naming_the_file(tmp_path: Path, conten
         read_pairs(SourceSpec(path=tmp_path / "pairs.csv"), "regression")
 
 
+def test_a_jsonl_sentence_that_is_a_number_is_named_so_and_a_numeric_topic_is_text(tmp_path: Path) -> None:
+    """Before: the number was rejected as an 'empty sentence', and an int topic stopped the read (ArrowTypeError)."""
+    path = tmp_path / "pairs.jsonl"
+    path.write_text('{"sentence1": 1984, "sentence2": "a year", "label": 0.5, "topic": 1}\n'
+                    '{"sentence1": "a", "sentence2": "b", "label": 0.5, "topic": 2}\n')
+    result = read_pairs(SourceSpec(path=path, columns={"topic": "topic"}), "regression")
+    assert [str(reject) for reject in result.rejects] == [f"{path}:1 field 'sentence1': not text: 1984"]
+    assert result.table.column("topic").to_pylist() == ["2"]
+
+
 def test_named_formats_read_cleanly(data_dir: Path) -> None:
     stsb = read_pairs(SourceSpec(path=data_dir / "stsb/sts-train.csv", format="stsb"), "regression")
     assert stsb.table.num_rows == 5749 and not stsb.rejects  # SOURCE.txt: train 5749, 9-field lines included

@@ -227,7 +227,9 @@ def validate_rows(
             value = row.values.get(key)
             if value is None:
                 problem = Reject(str(path), row.line, key, MISSING_FIELD, row.text)
-            elif not isinstance(value, str) or not value.strip():
+            elif not isinstance(value, str):  # a JSON number or object, a Parquet int
+                problem = Reject(str(path), row.line, key, f"not text: {value!r}"[:200], row.text)
+            elif not value.strip():
                 problem = Reject(str(path), row.line, key, "empty sentence", row.text)
             if problem:
                 break
@@ -241,7 +243,8 @@ def validate_rows(
         columns["sentence1"].append(row.values["sentence1"].strip())
         columns["sentence2"].append(row.values["sentence2"].strip())
         columns["label"].append(label)
-        columns["topic"].append(row.values.get("topic"))
+        topic = row.values.get("topic")
+        columns["topic"].append(None if topic is None else str(topic))  # a JSON or Parquet topic may be a number
     table = pa.table(
         {
             "sentence1": pa.array(columns["sentence1"], pa.string()),
