@@ -55,6 +55,8 @@ def is_text_type(dtype: pa.DataType) -> bool:
     """An Arrow type that holds sentences: strings, or nulls only (every row then a counted reject)."""
     import pyarrow as pa
 
+    if pa.types.is_dictionary(dtype):  # e.g. a pandas category column saved to Parquet
+        return is_text_type(dtype.value_type)
     return pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_null(dtype)
 
 
@@ -595,6 +597,20 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return raw
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (a second `data:` section would silently
+    replace the first)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def format_validation_error(error: ValidationError, origin: str) -> str:
     lines = [f"invalid job spec {origin}:"]
     for item in error.errors():
@@ -616,7 +632,7 @@ def load_spec(path: str | Path | None, overrides: list[str] | None = None) -> Jo
         origin = str(path)
         try:
             data = Path(path).read_bytes()
-            loaded = yaml.safe_load(data.decode("utf-8"))
+            loaded = yaml.load(data.decode("utf-8"), Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
         except FileNotFoundError:
             raise SpecError(f"job spec not found: {path}") from None
         except IsADirectoryError:

@@ -75,6 +75,8 @@ def test_missing_spec_file_and_bad_yaml(tmp_path: Path) -> None:
         load_spec(write(tmp_path, "data: [unclosed\n"))
     with pytest.raises(SpecError, match=r"a directory, not a YAML file"):
         load_spec(tmp_path)
+    with pytest.raises(SpecError, match=r"key 'data' appears twice in one mapping, line 3 column 1"):  # was: the last one won
+        load_spec(write(tmp_path, "data:\n  dataset: stsb\ndata:\n  dataset: mrpc\n"))
     (tmp_path / "cp1252.yaml").write_bytes(b"seed: 1\nname: caf\xe9\n")
     with pytest.raises(SpecError, match=r"cp1252.yaml:2: not UTF-8"):
         load_spec(tmp_path / "cp1252.yaml")

@@ -115,6 +115,15 @@ def test_a_jsonl_sentence_that_is_a_number_is_named_so_and_a_numeric_topic_is_te
     assert result.table.column("topic").to_pylist() == ["2"]
 
 
+def test_a_parquet_category_column_is_text(tmp_path: Path) -> None:
+    """Before: refused as 'holds dictionary<values=string, ...>, not text' (pandas saves a category column so)."""
+    path = tmp_path / "pairs.parquet"
+    sentences = pa.array(["a cat", "a dog"]).dictionary_encode()
+    pq.write_table(pa.table({"sentence1": sentences, "sentence2": ["sits", "runs"], "label": [0.2, 0.8]}), path)
+    result = read_pairs(SourceSpec(path=path), "regression")
+    assert result.table.column("sentence1").to_pylist() == ["a cat", "a dog"] and not result.rejects
+
+
 def test_named_formats_read_cleanly(data_dir: Path) -> None:
     stsb = read_pairs(SourceSpec(path=data_dir / "stsb/sts-train.csv", format="stsb"), "regression")
     assert stsb.table.num_rows == 5749 and not stsb.rejects  # SOURCE.txt: train 5749, 9-field lines included

@@ -27,6 +27,8 @@ def input_format(files: list[str], fmt: str | None) -> str:
     by_format: dict[str, str] = {}
     for file in files:
         suffix = Path(file).suffix
+        if suffix in SUFFIX_FORMATS and suffix not in SUFFIXES:  # a gold-data format, e.g. .tsv
+            raise SpecError(f"{file}: {SUFFIX_FORMATS[suffix]} is not read here, only {', '.join(FORMATS)}; convert the file")
         if suffix not in SUFFIXES:
             raise SpecError(f"{file}: cannot tell the format from the suffix {suffix!r}; pass --format")
         by_format.setdefault(SUFFIXES[suffix], file)

@@ -53,7 +53,7 @@ def expand_inputs(pattern: str | list[str]) -> list[str]:
         else:
             files += sorted(glob.glob(item)) or ([item] if path.exists() else [])
     if not files:
-        raise SpecError(f"--input {pattern!r} matches no file")
+        raise SpecError(f"--input {pattern!r} matches no file (a directory: none with a suffix of {', '.join(SUFFIXES)})")
     return [str(Path(f).resolve()) for f in files]
 
 
