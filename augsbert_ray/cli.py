@@ -530,10 +530,11 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("job", help="job spec YAML inside the working dir, e.g. jobs/stsb_indomain_bm25.yaml")
     submit.add_argument("--address", help=address_help)
     submit.add_argument("--insecure", action="store_true", help=insecure_help)
-    submit.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a spec field (repeatable); paths must exist on the cluster")
+    submit.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a spec field (repeatable); paths must exist "
+                        "on the cluster, and here too: the spec is checked here before it is submitted")
     submit.add_argument("--no-wait", action="store_true", help="print the submission id and return at once")
     submit.add_argument("--working-dir", help="directory shipped to the cluster (default: the current directory)")
-    submit.add_argument("--data-dir", help="named datasets' directory on the cluster, passed as AUGSBERT_DATA_DIR (default: resolved here)")
+    submit.add_argument("--data-dir", help="named datasets' directory, passed as AUGSBERT_DATA_DIR: on the cluster, and here too at the same path (default: resolved here)")
     submit.add_argument("--pip", action="append", metavar="REQUIREMENT", help="pip requirement installed into the job's runtime env (repeatable)")
     submit.add_argument("--submission-id", help="submission id to use (default: one Ray generates)")
     submit.set_defaults(handler=_submit)

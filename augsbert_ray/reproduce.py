@@ -466,7 +466,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beside", metavar="RUNS", help="another set of finished runs (e.g. another teacher's, "
                         "bench/results/reproduce_best_teacher_runs) to tabulate beside these: each teacher and student row, "
                         "this page's mean / that set's")
-    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", help="more overrides for every run's spec")
+    parser.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+                        help="more overrides for every run's spec (several after one --set, or --set again)")
     parser.add_argument("--results", default=str(ROOT / "docs" / "RESULTS.md"), help="markdown output; its hand-written section "
                         f"'{NOTES_HEADING[3:]}' is kept (default: %(default)s)")
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "reproduce.json"), help="JSON output (default: %(default)s)")

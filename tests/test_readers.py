@@ -173,6 +173,15 @@ def test_load_gold_splits_and_limit(data_dir: Path) -> None:
     assert sum(sizes) == 3400 and abs(sizes[0] - 2471) < 10 and abs(sizes[1] - 478) < 10
 
 
+def test_a_split_file_replaces_that_split_of_bws_too(data_dir: Path, tmp_path: Path) -> None:
+    """Before: BWS's one file, split after reading, overwrote the test file given (read and counted, then unused)."""
+    test = tmp_path / "test.csv"
+    test.write_text("sentence1,sentence2,label\na cat,a dog,0.2\nrain falls,sun shines,0.4\nx y,y z,0.9\n")
+    gold = load_gold(DataSpec(dataset="bws", test=SourceSpec(path=test)), seed=1, data_dir=data_dir)
+    assert gold.test.column("sentence1").to_pylist() == ["a cat", "rain falls", "x y"]
+    assert set(gold.dev.column("topic").to_pylist()) == {"Minimum wage"}  # the other splits: BWS's
+
+
 def test_data_dir_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AUGSBERT_DATA_DIR", str(tmp_path))
     assert resolve_data_dir() == tmp_path.resolve()

@@ -247,3 +247,10 @@ def test_a_bi_encoder_teachers_row_and_effects_are_tabulated() -> None:
     assert "- stsb_1k: AugSBERT-BM25 - SBERT = +1.00 (target >= +1.5: missed)" in effects[2]
     assert "- mrpc: AugSBERT-BM25 - SBERT = +0.07 (target >= +0.0: met)" in effects[-1]  # MRPC's target: F1 no lower
     assert reproduce.describe_teacher(specs["stsb_1k"]) == "bi-encoder mpnet fine-tuned on gold"
+
+
+def test_every_set_of_reproduce_counts() -> None:
+    """Before: a second --set replaced the first (`augsbert run`'s --set is repeated the same way)."""
+    parser = argparse.ArgumentParser()
+    reproduce.add_arguments(parser)
+    assert parser.parse_args(["--set", "a=1", "b=2", "--set", "c=3"]).set == ["a=1", "b=2", "c=3"]

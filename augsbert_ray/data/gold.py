@@ -93,9 +93,10 @@ def load_gold(spec: DataSpec, seed: int, data_dir: str | Path | None = None) -> 
             result = read_pairs(source, task)
             reads.append((source, result))
         tables[split], split_reads[split] = result.table, result
-    if "all" in tables:  # BWS ships one file: split by topic or at random
+    if "all" in tables:  # BWS ships one file: split by topic or at random; a split given as a file stays that file
         whole = tables.pop("all")
-        tables.update(bws_cross_topic(whole) if spec.bws_split == "cross-topic" else bws_in_topic(whole, seed))
+        named = bws_cross_topic(whole) if spec.bws_split == "cross-topic" else bws_in_topic(whole, seed)
+        tables.update({split: table for split, table in named.items() if split not in tables})
     if "train" not in tables:  # a transfer target known only by its sentences (the spec then requires dev)
         tables["train"] = tables["test"].slice(0, 0)
     # before dev is carved from train: a repeat in the train file counts as train's, not as an overlap
