@@ -15,10 +15,10 @@ import numpy as np
 
 from augsbert_ray.config import JobSpec, SpecError, check_output_dir, dump_spec, load_spec
 from augsbert_ray.evaluation import Evaluation
-from augsbert_ray.layout import METRICS_FILE, REPORT_FILE, SPEC_FILE, bi_encoder_name
-from augsbert_ray.report import plot_score_densities, write_report
 from augsbert_ray.labeling import check_resources, labels_in_process
+from augsbert_ray.layout import METRICS_FILE, REPORT_FILE, SPEC_FILE, bi_encoder_name
 from augsbert_ray.models import check_model, resolve_model
+from augsbert_ray.report import plot_score_densities, write_report
 from augsbert_ray.resume import FINGERPRINT_FILE, changed_entries, describe, fit_still_matches, run_fingerprint, run_models, write_fingerprint
 from augsbert_ray.runtime import RUN_LOG, chatter_to, check_cpu_bf16, init_ray, log
 from augsbert_ray.stages import (
