@@ -146,7 +146,7 @@ def test_resume_after_a_kill_labels_every_pair_once(ray_session, tiny_cross_enco
     assert by_id[0].equals(by_id[1])
 
 
-@pytest.mark.parametrize("case", ["missing column", "repeated column", "mixed formats", "tsv", "unreadable file", "no model", "no gpu"])
+@pytest.mark.parametrize("case", ["missing column", "repeated column", "mixed formats", "tsv", "json array", "unreadable file", "no model", "no gpu"])
 def test_bad_input_gives_one_clear_error(case: str, ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys) -> None:
     good = tmp_path / "pairs.parquet"
     pq.write_table(pair_table([("a b", "c d")]), good)
@@ -156,6 +156,7 @@ def test_bad_input_gives_one_clear_error(case: str, ray_session, tiny_cross_enco
         "repeated column": "repeated.csv: column 'sentence1' appears 2 times",  # was: arrow's "Invalid column index"
         "mixed formats": f"the inputs mix formats (csv: {tmp_path / 'in' / 'a.csv'}, parquet: {tmp_path / 'in' / 'b.parquet'})",
         "tsv": "pairs.tsv: tsv is not read here, only parquet, csv, jsonl; convert the file",  # was: "pass --format"
+        "json array": "pairs.json: a JSON array; jsonl is JSON Lines, one object per line",  # was: "Empty JSON file"
         "unreadable file": "cannot read as parquet",
         "no model": "model path not found",
         "no gpu": "but the Ray cluster has 0 GPUs",
@@ -173,6 +174,9 @@ def test_bad_input_gives_one_clear_error(case: str, ray_session, tiny_cross_enco
     elif case == "tsv":
         (tmp_path / "pairs.tsv").write_text("sentence1\tsentence2\na b\tc d\n")
         args[4] = str(tmp_path / "pairs.tsv")
+    elif case == "json array":
+        (tmp_path / "pairs.json").write_text('[{"sentence1": "a b", "sentence2": "c d"},\n {"sentence1": "e", "sentence2": "f"}]\n')
+        args[4] = str(tmp_path / "pairs.json")
     elif case == "unreadable file":
         (tmp_path / "broken.parquet").write_bytes(b"not parquet at all")
         args[4] = str(tmp_path / "broken.parquet")

@@ -52,6 +52,8 @@ def read_schema(path: str, fmt: str, text_columns: tuple[str, str]) -> pa.Schema
         else:
             with open(path, "rb") as handle:
                 head = handle.read(1 << 20)
+            if head.lstrip().startswith(b"["):
+                raise SpecError(f"{path}: a JSON array; {fmt} is JSON Lines, one object per line")
             lines = (head[: head.rfind(b"\n") + 1] or head).split(b"\n")
             # types from the well-formed lines: a malformed one is rejected by read_shard, with its line number
             schema = pajson.read_json(io.BytesIO(b"\n".join(line for line in lines if _well_formed(line, text_columns)))).schema
