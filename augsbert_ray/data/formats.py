@@ -56,7 +56,7 @@ def read_schema(path: str, fmt: str, text_columns: tuple[str, str]) -> pa.Schema
                 raise SpecError(f"{path}: a JSON array; {fmt} is JSON Lines, one object per line")
             lines = (head[: head.rfind(b"\n") + 1] or head).split(b"\n")
             # types from the well-formed lines: a malformed one is rejected by read_shard, with its line number
-            schema = pajson.read_json(io.BytesIO(b"\n".join(line for line in lines if _well_formed(line, text_columns)))).schema
+            schema = pajson.read_json(io.BytesIO(b"\n".join(line for line in lines if json_record_problem(line, text_columns) is None))).schema
     except (OSError, pa.ArrowException, ValueError) as exc:
         raise SpecError(f"{path}: cannot read as {fmt}: {str(exc).splitlines()[0]}") from None
     missing = [column for column in text_columns if column not in schema.names]
@@ -73,13 +73,17 @@ def read_schema(path: str, fmt: str, text_columns: tuple[str, str]) -> pa.Schema
     return schema
 
 
-def _well_formed(line: bytes, text_columns: tuple[str, str]) -> bool:
-    """A JSON object whose text columns, where present, hold text."""
+def json_record_problem(line: bytes, text_columns: tuple[str, ...]) -> str | None:
+    """What keeps a JSON Lines line from being a record whose text columns, where present, hold text, as the end of
+    an error message (``": not a JSON object"``); None if nothing."""
     try:
         record = json.loads(line)
-    except ValueError:  # invalid JSON or UTF-8
-        return False
-    return isinstance(record, dict) and all(isinstance(record.get(column, ""), (str, type(None))) for column in text_columns)
+    except ValueError as exc:  # invalid JSON or UTF-8
+        return f": invalid JSON: {exc}"
+    if not isinstance(record, dict):
+        return ": not a JSON object"
+    wrong = next((column for column in text_columns if not isinstance(record.get(column, ""), (str, type(None)))), None)
+    return f" field {wrong!r}: not text: {record[wrong]!r}" if wrong else None
 
 
 def string_types(text_columns: tuple[str, str]) -> dict[str, pa.DataType]:

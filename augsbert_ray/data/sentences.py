@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,7 +10,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from augsbert_ray.config import SpecError
-from augsbert_ray.data.formats import input_format, read_schema
+from augsbert_ray.data.formats import input_format, json_record_problem, read_schema
 
 SENTENCE = "sentence"
 
@@ -82,19 +81,7 @@ def _jsonl_sentences(path: Path, what: str) -> pa.ChunkedArray:
     except pa.ArrowInvalid as exc:
         with path.open("rb") as handle:
             for number, line in enumerate(handle, start=1):
-                if line.strip() and (problem := _not_a_sentence_record(line)):
+                if line.strip() and (problem := json_record_problem(line, (SENTENCE,))):
                     raise SpecError(f"{what} {path}:{number}{problem}") from None
         raise SpecError(f"{what} {path}: cannot read as jsonl: {str(exc).splitlines()[0]}") from None
 
-
-def _not_a_sentence_record(line: bytes) -> str | None:
-    """What is wrong with a JSONL line, as the end of an error message; None if nothing."""
-    try:
-        record = json.loads(line)
-    except ValueError as exc:  # invalid JSON or UTF-8
-        return f": invalid JSON: {exc}"
-    if not isinstance(record, dict):
-        return ": not a JSON object"
-    if not isinstance(record.get(SENTENCE, ""), (str, type(None))):
-        return f" field {SENTENCE!r}: not text: {record[SENTENCE]!r}"
-    return None
