@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 EPILOG = """\
 Named datasets (stsb, mrpc, bws) are read from --data-dir, else $AUGSBERT_DATA_DIR,
-else ../shared/data. Every other input is a local csv/tsv/jsonl/parquet file.
+else ../shared/data. Every other input is a local csv/tsv/jsonl/parquet file (label: csv/jsonl/parquet).
 Models: 'minilm' (the packaged all-MiniLM-L6-v2), 'mpnet' (all-mpnet-base-v2, see `augsbert models`),
 a local directory, or a Hugging Face id.
 """
@@ -388,10 +388,10 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser(
         "run",
         help="run a job spec end to end",
-        description="Run a job: train the cross-encoder on gold pairs, sample and label candidates, "
+        description="Run a job: train the teacher (a cross-encoder, a bi-encoder or their ensemble) on gold pairs, sample and label candidates with it, "
         "train SBERT and AugSBERT bi-encoders, evaluate, and write a run directory "
         "(spec.yaml, silver/, models/, metrics.json, report.md, score_density.png). With scenario: domain-transfer, "
-        "the cross-encoder learns the labeled source (the data section), and AugSBERT learns the target's silver "
+        "the teacher learns the labeled source (the data section), and AugSBERT learns the target's silver "
         "labels alone; every model is scored on the target's test split.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -409,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
         "tune",
         help="run only the tuning stage: seed (and top_k) search for the bi-encoders",
         description="Seed optimization on Ray Tune: every (seed, top_k) trial trains to tuning.cull_at of its "
-        "steps, only the best tuning.keep resume from their checkpoints to the end. Needs a 'tuning' section. "
+        "steps, and only the best tuning.keep go on to the end (in place when the cluster holds every trial, else from a checkpoint made at the cull point; with the asha scheduler, more may finish). Needs a 'tuning' section. "
         "Writes a run directory with tuning.md, tuning.json and models/<name> (the chosen trial).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -459,7 +459,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", default="runs/reproduce", help="where the run directories go (default: %(default)s)")
     parser.add_argument("--data-dir", help="named datasets' directory (default: as for augsbert run)")
     parser.add_argument("--cpus", type=int, help="CPUs for the embedded Ray (default: all)")
-    parser.add_argument("--gpu", action="store_true", help="fits, labeling and evaluation on the GPU (a quarter GPU each)")
+    parser.add_argument("--gpu", action="store_true", help="on the GPU: each fit on a whole GPU, labeling actors and evaluation on a quarter, seed-search trials on a fifth")
     parser.add_argument("--part", choices=list(PARTS), help="run only this part of each in-domain seed: rest + kde, or lexical + semantic + kde, make a seed "
                         "(lexical + kde: one without the semantic strategies)")
     parser.add_argument("--collect", action="store_true", help="run nothing: tabulate the finished runs in --runs")

@@ -71,12 +71,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "cross_encoder_study.json"))
+    parser.add_argument("--key", help="the JSON key of the rows (default: DATASET[_BWS-SPLIT]_TRAIN-LIMIT, e.g. stsb_1000)")
     args = parser.parse_args()
     configure_torch_threads(args.threads)
 
     data = DataSpec(dataset=args.dataset, bws_split=args.bws_split, train_limit=args.train_limit)
     gold = load_gold(data, args.seed)
-    key = f"{args.dataset}{'_' + args.bws_split if args.dataset == 'bws' else ''}_{args.train_limit or 'all'}"
+    key = args.key or f"{args.dataset}{'_' + args.bws_split if args.dataset == 'bws' else ''}_{args.train_limit or 'all'}"
     out = Path(args.json)
     results = json.loads(out.read_text()) if out.exists() else {}
     rows = results.setdefault(key, {})

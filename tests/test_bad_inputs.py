@@ -777,7 +777,7 @@ def test_label_refuses_an_unusable_output(tiny_cross_encoder: Path, tmp_path: Pa
 
 def big_csv(path: Path, tail: str) -> Path:
     """Over 1 MB of good pairs (pyarrow reads the header and infers the types from the first MB), then ``tail``:
-    record 601 onwards."""
+    lines 602 onwards (line 1 is the header)."""
     rows = "".join(f"{'a long sentence ' * 120}{i},a dog runs {i},{i % 5}.5\n" for i in range(600))
     path.write_text("sentence1,sentence2,label\n" + rows + tail)
     assert path.stat().st_size > 1 << 20
@@ -800,7 +800,7 @@ def test_label_counts_a_malformed_csv_record_after_the_first_mb(ray_session, tin
     code, out, err = label(capsys, tiny_cross_encoder, data, tmp_path / "out", "--shard-rows", "250")
     assert code == 0, err
     assert "pairs in 602 = labeled 601 + rejected 1" in out
-    assert rejects_of(tmp_path / "out") == [(601, "(line)", "expected 3 fields, got 4")]
+    assert rejects_of(tmp_path / "out") == [(602, "(line)", "expected 3 fields, got 4")]
     silver = pq.read_table(tmp_path / "out")
     assert silver.num_rows == 601 and silver.schema.field("label").type == pa.float64()
 
@@ -812,7 +812,7 @@ def test_label_stops_on_a_value_that_does_not_fit_its_column(ray_session, tiny_c
     code, out, err = label(capsys, tiny_cross_encoder, data, tmp_path / "out", "--shard-rows", "250")
     assert code == 2
     assert error_line(err) == (
-        f"augsbert label: error: {data}:601 field 'label': CSV conversion error to double: invalid value 'high'; "
+        f"augsbert label: error: {data}:602 field 'label': CSV conversion error to double: invalid value 'high'; "
         "the column's type, double, was read from the file's first rows"
     )
     assert err.endswith(error_line(err) + "\n") and "Traceback" not in err

@@ -17,6 +17,7 @@ from augsbert_ray.config import SUFFIX_FORMATS, SpecError, is_text_type
 # what `augsbert label` and sentence files read (gold files also take tsv and the named formats)
 FORMATS = ("parquet", "csv", "jsonl")
 SUFFIXES = {suffix: fmt for suffix, fmt in SUFFIX_FORMATS.items() if fmt in FORMATS}
+CSV_BLOCK = 1 << 20  # bytes of a CSV file whose records give its column types (arrow's default block)
 
 
 def input_format(files: list[str], fmt: str | None) -> str:
@@ -44,11 +45,7 @@ def read_schema(path: str, fmt: str, text_columns: tuple[str, str]) -> pa.Schema
         if fmt == "parquet":
             schema = pq.read_schema(path)
         elif fmt == "csv":
-            # a malformed record is not the file's fault as a whole: read_shard counts it as a reject
-            skip = pacsv.ParseOptions(invalid_row_handler=lambda row: "skip")
-            convert = pacsv.ConvertOptions(column_types=string_types(text_columns))
-            with pacsv.open_csv(path, parse_options=skip, convert_options=convert) as reader:
-                schema = reader.schema
+            schema = _csv_schema(path, text_columns)
         else:
             with open(path, "rb") as handle:
                 head = handle.read(1 << 20)
@@ -57,6 +54,8 @@ def read_schema(path: str, fmt: str, text_columns: tuple[str, str]) -> pa.Schema
             lines = (head[: head.rfind(b"\n") + 1] or head).split(b"\n")
             # types from the well-formed lines: a malformed one is rejected by read_shard, with its line number
             schema = pajson.read_json(io.BytesIO(b"\n".join(line for line in lines if json_record_problem(line, text_columns) is None))).schema
+    except SpecError:
+        raise
     except (OSError, pa.ArrowException, ValueError) as exc:
         raise SpecError(f"{path}: cannot read as {fmt}: {str(exc).splitlines()[0]}") from None
     missing = [column for column in text_columns if column not in schema.names]
@@ -71,6 +70,22 @@ def read_schema(path: str, fmt: str, text_columns: tuple[str, str]) -> pa.Schema
             raise SpecError(f"{path}: column {column!r} holds {schema.field(index).type}, not text")
         schema = schema.set(index, pa.field(column, pa.string()))
     return schema
+
+
+def _csv_schema(path: str, text_columns: tuple[str, str]) -> pa.Schema:
+    """The columns of the header, with the types arrow infers from the first block. A record that is malformed or not
+    UTF-8 is not the file's fault as a whole: read_shard rejects it, and here it is skipped or read with U+FFFD."""
+    with open(path, "rb") as handle:
+        head = handle.read(2 * CSV_BLOCK)
+    try:
+        head.split(b"\n", 1)[0].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}:1: the header is not UTF-8 ({exc.reason}); save the file as UTF-8") from None
+    skip = pacsv.ParseOptions(invalid_row_handler=lambda row: "skip")
+    convert = pacsv.ConvertOptions(column_types=string_types(text_columns))
+    text = io.BytesIO(head.decode("utf-8", errors="replace").encode())  # a first block of U+FFFD, not an error
+    with pacsv.open_csv(text, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK), parse_options=skip, convert_options=convert) as reader:
+        return reader.schema
 
 
 def json_record_problem(line: bytes, text_columns: tuple[str, ...]) -> str | None:

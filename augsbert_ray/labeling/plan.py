@@ -36,10 +36,11 @@ class Shard:
     path: str
     fmt: str
     schema: pa.Schema  # of the input file, so every shard of a file reads the same types
-    first_row: int  # 0-based index of the shard's first data row in its file (for rejects)
+    first_row: int  # 0-based index of the shard's first record in its file
     row_groups: tuple[int, ...] = ()  # parquet
     byte_range: tuple[int, int] = (0, 0)  # csv/jsonl: [start, end) at record boundaries
     header: bool = False  # csv: the byte range starts with the header line
+    first_line: int = 1  # csv/jsonl: the 1-based line of the file at the byte range's start (for rejects)
 
 
 def expand_inputs(pattern: str | list[str]) -> list[str]:
@@ -79,29 +80,62 @@ def _parquet_shards(file_index: int, path: str, schema: pa.Schema, shard_rows: i
     return shards
 
 
-def record_ends(path: str, quoted: bool) -> np.ndarray:
-    """Byte offsets just past each record's newline. In CSV a newline inside quotes is not a record end."""
-    ends, offset, inside = [], 0, 0
-    with open(path, "rb") as handle:
-        while chunk := handle.read(SCAN_CHUNK):
-            data = np.frombuffer(chunk, dtype=np.uint8)
-            newline = data == 10
-            if quoted:
-                parity = (np.cumsum(data == 34, dtype=np.int64) + inside) % 2
-                newline &= parity == 0
-                inside = int(parity[-1])
-            ends.append(np.flatnonzero(newline) + offset + 1)
-            offset += len(chunk)
-    result = np.concatenate(ends) if ends else np.zeros(0, dtype=np.int64)
-    if offset and (len(result) == 0 or result[-1] != offset):
-        result = np.append(result, offset)  # last record without a final newline
-    return result
+def record_ends(data: np.ndarray, csv: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Byte offsets just past each line's end, and just past each record's, in bytes that begin at a record
+    boundary (a memory map of a file, or a shard's bytes), scanned SCAN_CHUNK bytes at a time. JSON Lines end lines
+    at newlines. CSV, as arrow reads it, also at a CR that no newline follows, and a line end inside a quoted field
+    does not end its record (a quote opens a field only at the field's start)."""
+    lines, quotes, at_field_start = [], [], []
+    for offset in range(0, len(data), SCAN_CHUNK):
+        chunk = np.asarray(data[offset : offset + SCAN_CHUNK])
+        line_end = chunk == 10
+        if csv:
+            following = np.append(chunk[1:], data[offset + len(chunk)] if offset + len(chunk) < len(data) else 0)
+            line_end |= (chunk == 13) & (following != 10)
+            found = np.flatnonzero(chunk == 34)
+            before = np.where(found > 0, chunk[found - 1], data[offset - 1] if offset else 10)
+            quotes.append(found + offset)
+            at_field_start.append(np.isin(before, (10, 13, 44)))  # after a line end or a comma
+        lines.append(np.flatnonzero(line_end) + offset + 1)
+    line_ends = np.concatenate(lines) if lines else np.zeros(0, dtype=np.int64)
+    if len(data) and (len(line_ends) == 0 or line_ends[-1] != len(data)):
+        line_ends = np.append(line_ends, len(data))  # the last line without a line end
+    if not csv or len(line_ends) == 0:
+        return line_ends, line_ends
+    opens, closes = _quoted_fields(np.concatenate(quotes), np.concatenate(at_field_start), len(data))
+    field = np.searchsorted(opens, line_ends - 1, side="right") - 1
+    inside = (field >= 0) & (line_ends - 1 < closes[np.maximum(field, 0)]) if len(opens) else np.zeros(len(line_ends), bool)
+    inside[-1] = False  # the end of the data ends its last record
+    return line_ends, line_ends[~inside]
+
+
+def _quoted_fields(quotes: np.ndarray, at_field_start: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The [open, close] byte positions of the quoted fields that can hold a line end, from the positions of all
+    quote characters. Adjacent quotes form a run, and a run of even length changes nothing (escaped quotes inside
+    a field; an empty or a literal field outside). Of the odd runs, one that starts a field outside a quoted field
+    opens one, and the next odd run closes it. That chain is followed by pointer doubling, without a Python loop."""
+    run_starts = np.flatnonzero(np.diff(quotes, prepend=-2) != 1)
+    run_lengths = np.diff(run_starts, append=len(quotes))
+    odd = run_lengths % 2 == 1
+    first, last = quotes[run_starts[odd]], quotes[run_starts[odd] + run_lengths[odd] - 1]
+    starts_field = np.append(at_field_start[run_starts[odd]], True)  # a sentinel run past the end
+    count = len(first)
+    next_field_start = np.minimum.accumulate(np.where(starts_field, np.arange(count + 1), count)[::-1])[::-1]
+    jump = np.append(next_field_start[np.minimum(np.arange(count) + 2, count)], count)  # open run -> the next open run
+    is_open = np.zeros(count + 1, dtype=bool)
+    is_open[next_field_start[0]] = True
+    while not is_open[count]:  # is_open marks the chain's first 2**k open runs, jump is the 2**k-th successor
+        is_open[jump[is_open]] = True
+        jump = jump[jump]
+    opens = np.flatnonzero(is_open[:count])
+    closes = np.append(last, size)[opens + 1]  # an open run without a close is open to the end of the data
+    return first[opens], closes
 
 
 def _text_shards(file_index: int, path: str, fmt: str, schema: pa.Schema, shard_rows: int) -> list[Shard]:
     """Byte ranges of shard_rows records each (CSV: after the header line)."""
-    ends = record_ends(path, quoted=fmt == "csv")
     size = Path(path).stat().st_size
+    line_ends, ends = record_ends(np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8), csv=fmt == "csv")
     header = fmt == "csv"
     records = ends[1:] if header else ends
     shards, start, first = [], 0, 0
@@ -111,7 +145,8 @@ def _text_shards(file_index: int, path: str, fmt: str, schema: pa.Schema, shard_
             break
         end = int(records[stop - 1])
         name = _shard_name(file_index, len(shards), path, size, (start, end))
-        shards.append(Shard(name, path, fmt, schema, first, byte_range=(start, end), header=header and start == 0))
+        line = int(np.searchsorted(line_ends, start, side="right")) + 1
+        shards.append(Shard(name, path, fmt, schema, first, byte_range=(start, end), header=header and start == 0, first_line=line))
         start, first = end, stop
     return shards
 
@@ -130,11 +165,11 @@ def plan_shards(files: list[str], fmt: str, text_columns: tuple[str, str], shard
 
 @dataclass(frozen=True)
 class Window:
-    """Rows of a shard read together, with each row's 1-based record number in its file (a CSV header not
-    counted), and the records of the shard that could not be read, as rejects (on its first window)."""
+    """Rows of a shard read together, with the 1-based line where each row's record starts in its file (a Parquet
+    row's number), and the records of the shard that could not be read, as rejects (on its first window)."""
 
     table: pa.Table
-    records: np.ndarray
+    lines: np.ndarray
     rejects: list[Reject] = field(default_factory=list)
 
 
@@ -152,19 +187,23 @@ def read_shard(shard: Shard, window: int) -> Iterator[Window]:
     with open(shard.path, "rb") as handle:
         handle.seek(start)
         data = handle.read(end - start)
-    table, records, rejects = _read_csv(shard, data) if shard.fmt == "csv" else _read_jsonl(shard, data)
+    table, lines, rejects = _read_csv(shard, data) if shard.fmt == "csv" else _read_jsonl(shard, data)
     for offset in range(0, max(table.num_rows, 1), window):  # one window at least, to carry the rejects
-        yield Window(table.slice(offset, window), records[offset : offset + window], rejects if offset == 0 else [])
+        yield Window(table.slice(offset, window), lines[offset : offset + window], rejects if offset == 0 else [])
 
 
 def _read_csv(shard: Shard, data: bytes) -> tuple[pa.Table, np.ndarray, list[Reject]]:
-    """Records with the wrong number of fields are rejected; arrow numbers records from the header, if any."""
+    """Records that are not UTF-8, or have the wrong number of fields, are rejected. Arrow numbers the records it
+    reads from 1, the header included and blank lines not; each number is mapped to the line where its record starts."""
     header = int(shard.header)
+    data, record_lines, not_utf8 = _utf8_records(shard, data)
+    if len(record_lines) == header:  # every record rejected
+        return shard.schema.empty_table(), np.zeros(0, dtype=np.int64), not_utf8
     rejects: list[Reject] = []
 
     def reject(row: pacsv.InvalidRow) -> str:
         reason = f"expected {row.expected_columns} fields, got {row.actual_columns}"
-        rejects.append(Reject(shard.path, shard.first_row + row.number - header, RECORD, reason, row.text[:200]))
+        rejects.append(Reject(shard.path, int(record_lines[row.number - 1]), RECORD, reason, row.text[:200]))
         return "skip"
 
     # one thread: only then does arrow know the record number of a bad record or value
@@ -174,27 +213,54 @@ def _read_csv(shard: Shard, data: bytes) -> tuple[pa.Table, np.ndarray, list[Rej
         table = pacsv.read_csv(io.BytesIO(data), read_options=options, parse_options=pacsv.ParseOptions(invalid_row_handler=reject),
                                convert_options=convert)
     except pa.ArrowInvalid as exc:
-        raise _conversion_error(shard, str(exc), header) from None
-    first = shard.first_row + 1
-    records = np.setdiff1d(np.arange(first, first + table.num_rows + len(rejects)), [r.line for r in rejects])
-    return table, records, rejects
+        raise _conversion_error(shard, str(exc), record_lines) from None
+    if header + table.num_rows + len(rejects) != len(record_lines):
+        raise SpecError(f"{shard.path}:{shard.first_line}: arrow read {header + table.num_rows + len(rejects)} CSV records "
+                        f"from here to byte {shard.byte_range[1]}, where its lines hold {len(record_lines)}; check the quotes")
+    rejected = {reject.line for reject in rejects}
+    lines = np.array([line for line in record_lines[header:].tolist() if line not in rejected], dtype=np.int64)
+    return table, lines, sorted(not_utf8 + rejects, key=lambda reject: reject.line)
 
 
-def _conversion_error(shard: Shard, message: str, header: int) -> SpecError:
-    """A value arrow cannot convert: the record, the column, and where the column's type came from."""
+def _utf8_records(shard: Shard, data: bytes) -> tuple[bytes, np.ndarray, list[Reject]]:
+    """A CSV shard's bytes less its records that are not UTF-8 (rejected), and the line where each record arrow will
+    read from them starts (blank ones it skips): arrow's record n is at n - 1."""
+    line_ends, ends = record_ends(np.frombuffer(data, dtype=np.uint8), csv=True)
+    starts = np.concatenate(([0], ends))[:-1].astype(np.int64)
+    lines = shard.first_line + np.searchsorted(line_ends, starts, side="right")
+    text, length = np.frombuffer(data + b"\0", dtype=np.uint8), ends - starts
+    read = ~(((length == 1) & np.isin(text[starts], (10, 13))) | ((length == 2) & (text[starts] == 13) & (text[starts + 1] == 10)))
+    rejects: list[Reject] = []
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:  # rare: find the records at fault one by one
+        kept = []
+        for index, (start, end) in enumerate(zip(starts.tolist(), ends.tolist())):
+            try:
+                data[start:end].decode("utf-8")
+                kept.append(data[start:end])
+            except UnicodeDecodeError:
+                read[index] = False
+                rejects.append(Reject(shard.path, int(lines[index]), RECORD, "bad UTF-8", data[start:end][:200].decode("utf-8", errors="replace")))
+        data = b"".join(kept)
+    return data, lines[read], rejects
+
+
+def _conversion_error(shard: Shard, message: str, record_lines: np.ndarray) -> SpecError:
+    """A value arrow cannot convert: the line, the column, and where the column's type came from."""
     found = re.match(r"In CSV column #(\d+): Row #(\d+): (.*)", message.splitlines()[0])
     if found is None:
-        return SpecError(f"{shard.path}: cannot read the records after record {shard.first_row}: {message.splitlines()[0]}")
+        return SpecError(f"{shard.path}:{shard.first_line}: cannot read the records from here on: {message.splitlines()[0]}")
     column = shard.schema.field(int(found[1]))
     source = "" if is_text_type(column.type) else f"; the column's type, {column.type}, was read from the file's first rows"
-    return SpecError(f"{shard.path}:{shard.first_row + int(found[2]) - header} field {column.name!r}: {found[3]}{source}")
+    return SpecError(f"{shard.path}:{record_lines[int(found[2]) - 1]} field {column.name!r}: {found[3]}{source}")
 
 
 def _read_jsonl(shard: Shard, data: bytes) -> tuple[pa.Table, np.ndarray, list[Reject]]:
     """Each non-blank line is a record. When the shard does not parse at once, each line is parsed alone to
     reject the bad ones."""
     parse = pajson.ParseOptions(explicit_schema=shard.schema, unexpected_field_behavior="ignore")
-    lines = [(shard.first_row + index + 1, line) for index, line in enumerate(data.split(b"\n")) if line.strip()]
+    lines = [(shard.first_line + index, line) for index, line in enumerate(data.split(b"\n")) if line.strip()]
     try:
         table = pajson.read_json(io.BytesIO(data), parse_options=parse)
         table.validate(full=True)  # arrow's JSON reader takes text that is not UTF-8; the labeler's decoding would fail

@@ -42,9 +42,9 @@ def is_sentence(text: str | None) -> bool:
     return text is not None and bool(text.strip())
 
 
-def check_pairs(table: pa.Table, text_columns: tuple[str, str], path: str, records: np.ndarray) -> tuple[np.ndarray, list[Reject]]:
+def check_pairs(table: pa.Table, text_columns: tuple[str, str], path: str, lines: np.ndarray) -> tuple[np.ndarray, list[Reject]]:
     """Rows whose two sentences are both non-empty text; every other row becomes a reject with its reason
-    and its record number in the file (``records``, one per row)."""
+    and the line where its record starts in its file (``lines``, one per row)."""
     valid = np.ones(table.num_rows, dtype=bool)
     rejects: list[Reject] = []
     columns = {name: table.column(name).to_pylist() for name in text_columns}
@@ -54,7 +54,7 @@ def check_pairs(table: pa.Table, text_columns: tuple[str, str], path: str, recor
             if not is_sentence(text):
                 valid[row] = False
                 other = columns[text_columns[1] if name == text_columns[0] else text_columns[0]][row]
-                rejects.append(Reject(path, int(records[row]), name, "missing sentence" if text is None else "empty sentence", other or ""))
+                rejects.append(Reject(path, int(lines[row]), name, "missing sentence" if text is None else "empty sentence", other or ""))
                 break
     return valid, rejects
 
@@ -216,7 +216,7 @@ class ShardLabeler:
             with pq.ParquetWriter(tmp, schema) as writer:
                 for window in read_shard(shard, WINDOW):
                     table = window.table
-                    valid, window_rejects = check_pairs(table, self.text_columns, shard.path, window.records)
+                    valid, window_rejects = check_pairs(table, self.text_columns, shard.path, window.lines)
                     stats["pairs_in"] += table.num_rows + len(window.rejects)
                     rejects += window.rejects + window_rejects
                     kept = table.filter(pa.array(valid)) if not valid.all() else table
