@@ -339,18 +339,17 @@ def _logs(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_job_arguments(command: argparse.ArgumentParser, example_job: str, example_override: str, resume_help: str | None = None) -> None:
-    """The arguments of every subcommand that runs a job spec on Ray; with ``resume_help``, --resume RUN_DIR
-    can stand in for the job spec."""
-    command.add_argument("job", nargs="?" if resume_help else None, help=f"job spec YAML, e.g. {example_job}")
+def add_job_arguments(command: argparse.ArgumentParser, example_job: str, example_override: str, resume_help: str) -> None:
+    """The arguments of every subcommand that runs a job spec on Ray, where --resume RUN_DIR can stand in for the
+    job spec."""
+    command.add_argument("job", nargs="?", help=f"job spec YAML, e.g. {example_job}")
     command.set_defaults(example_job=example_job)
-    if resume_help:
-        command.add_argument("--resume", metavar="RUN_DIR", help=resume_help + RESUME_HELP)
-        command.add_argument(
-            "--force-resume", action="store_true",
-            help="with --resume: continue although the spec, data files or models changed since the run started "
-            "(refused otherwise); only the fits the changes do not touch are reused, and labeling starts over",
-        )
+    command.add_argument("--resume", metavar="RUN_DIR", help=resume_help + RESUME_HELP)
+    command.add_argument(
+        "--force-resume", action="store_true",
+        help="with --resume: continue although the spec, data files or models changed since the run started "
+        "(refused otherwise); only the fits the changes do not touch are reused, and labeling starts over",
+    )
     command.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help=f"override a spec field, e.g. {example_override} (repeatable)"
     )

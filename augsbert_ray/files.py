@@ -1,10 +1,12 @@
-"""Writing files so that a reader, or a run resumed after a kill, never sees a half-written one."""
+"""Writing files so that a reader, or a run resumed after a kill, never sees a half-written one; and the digest of
+files' bytes, which tells a run whether its inputs changed."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,3 +36,13 @@ def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through ``atomic_path``."""
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def files_digest(paths: Iterable[Path]) -> str:
+    """The SHA-256 (hex) of the files' bytes, one file after another, read 1 MiB at a time."""
+    digest = hashlib.sha256()
+    for path in paths:
+        with path.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()

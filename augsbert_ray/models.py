@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from augsbert_ray.config import DEFAULT_MODEL, SpecError
+from augsbert_ray.files import files_digest
 
 log = logging.getLogger("augsbert")
 
@@ -346,12 +347,7 @@ def model_fingerprint(model: str) -> str:
     path = Path(model)
     if not path.is_dir():
         return model
-    digest = hashlib.sha256()
-    for weights in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
-        with weights.open("rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
-    return f"{path.name}@{digest.hexdigest()[:12]}"
+    return f"{path.name}@{files_digest(sorted(path.glob('*.safetensors')) + sorted(path.glob('*.bin')))[:12]}"
 
 
 def build_tiny_bert(directory: Path, seed: int = 0) -> Path:

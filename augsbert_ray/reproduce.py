@@ -78,10 +78,10 @@ GPU_TUNING = ["tuning.gpus_per_trial=0.2"]
 # An in-domain seed as shorter runs: on BWS, KDE's fit alone is longer than the four other fits together (its pool is
 # 10x BM25's). MRPC's rest part (seeds 42, 43: 3.1 and 2.5 hours of fits and stages on 2 cores shared with other
 # work) was cut off at a session's end both times; lexical + semantic split it.
-# part -> (its strategies, the rows it gives). Only a part that gives SBERT's row seed-optimizes it; the others train
-# SBERT once (the job always does) and leave its row.
 # fitted or scored alike by every part of a seed: the baselines and whichever teacher models the teacher has
 SHARED_ROWS = ["jaccard", "zero_shot", "cross_encoder", "teacher_bi_encoder", "teacher"]
+# part -> (its strategies, the rows it gives). Only a part that gives SBERT's row seed-optimizes it; the others train
+# SBERT once (the job always does) and leave its row.
 PARTS: dict[str, tuple[list[str], list[str]]] = {
     "rest": (["bm25", "random", "semantic", "bm25+semantic"],
              [*SHARED_ROWS, "sbert", "augsbert_bm25", "augsbert_rs", "augsbert_ss", "augsbert_bm25_ss"]),

@@ -7,14 +7,13 @@ It lives in the run directory as .fingerprint.json, which spec.yaml edits do not
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from augsbert_ray.config import RESUME_SETTABLE, JobSpec
 from augsbert_ray.data.gold import gold_sources
-from augsbert_ray.files import atomic_write_text
+from augsbert_ray.files import atomic_write_text, files_digest
 from augsbert_ray.models import model_fingerprint, resolve_model
 
 FINGERPRINT_FILE = ".fingerprint.json"
@@ -44,14 +43,6 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): tree}
 
 
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()[:16]
-
-
 def run_fingerprint(spec: JobSpec, data_dir: str | Path | None) -> dict[str, Any]:
     """Flattened ``spec.*``, ``files.<data|target>.<split>`` (content hashes) and ``models.<field>`` entries."""
     files = {f"data.{split}": source.path for split, source in gold_sources(spec.data, data_dir).items()}
@@ -61,7 +52,7 @@ def run_fingerprint(spec: JobSpec, data_dir: str | Path | None) -> dict[str, Any
             files["target.sentences"] = spec.target.sentences
     return {
         **flatten(comparable_spec(spec), "spec."),
-        **{f"files.{role}": file_digest(Path(path)) for role, path in files.items()},
+        **{f"files.{role}": files_digest([Path(path)])[:16] for role, path in files.items()},
         **{f"models.{field}": model_fingerprint(resolve_model(name)) for field, name in run_models(spec).items()},
     }
 

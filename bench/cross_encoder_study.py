@@ -39,7 +39,8 @@ def fit_cross_encoder(train: pa.Table, spec: CrossEncoderSpec, seed: int, output
     from transformers import set_seed
 
     set_seed(seed)  # before the model: its new head draws from the global RNG, as in the job's worker_setup
-    table = both_orders(train.select(["sentence1", "sentence2", "label"]))
+    table = train.select(["sentence1", "sentence2", "label"])
+    table = both_orders(table) if spec.both_orders else table
     model = CrossEncoder(resolve_model(spec.model), num_labels=1, max_length=spec.max_seq_length)
     args = training_arguments(CrossEncoderTrainingArguments, spec, seed, output_dir, False, distributed=False)
     started = time.perf_counter()

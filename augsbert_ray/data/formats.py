@@ -88,7 +88,7 @@ def _csv_schema(path: str, text_columns: tuple[str, str]) -> pa.Schema:
         return reader.schema
 
 
-def json_record_problem(line: bytes, text_columns: tuple[str, ...]) -> str | None:
+def json_record_problem(line: str | bytes, text_columns: tuple[str, ...]) -> str | None:
     """What keeps a JSON Lines line from being a record whose text columns, where present, hold text, as the end of
     an error message (``": not a JSON object"``); None if nothing."""
     try:

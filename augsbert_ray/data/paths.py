@@ -42,14 +42,12 @@ def resolve_data_dir(explicit: str | Path | None = None) -> Path:
 
             resolve_data_dir("../shared/data") / "stsb"  # PosixPath('/home/me/shared/data/stsb')
     """
-    candidates: list[tuple[str, Path]] = []
     if explicit is not None:
-        candidates.append(("--data-dir / data.data_dir", Path(explicit)))
+        origin, path = "--data-dir / data.data_dir", Path(explicit)
     elif os.environ.get(DATA_DIR_ENV):
-        candidates.append((DATA_DIR_ENV, Path(os.environ[DATA_DIR_ENV])))
+        origin, path = DATA_DIR_ENV, Path(os.environ[DATA_DIR_ENV])
     else:
-        candidates.append(("default ../shared/data", Path.cwd().parent / "shared" / "data"))
-    origin, path = candidates[0]
+        origin, path = "default ../shared/data", Path.cwd().parent / "shared" / "data"
     if not path.is_dir():
         raise DataNotFoundError(f"data directory {path} (from {origin}) does not exist: {DOWNLOAD_HINT}")
     return path.resolve()

@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from augsbert_ray.config import ColumnMap, FileFormat, SourceSpec, TaskType
-from augsbert_ray.data.rejects import Reject
+from augsbert_ray.data.formats import json_record_problem
+from augsbert_ray.data.rejects import RECORD, Reject, bad_utf8
 
 MISSING_FIELD = "missing field"  # the reason of a reject whose field is absent or blank
 DEFAULT_SCORE_RANGE: dict[str, tuple[float, float]] = {"stsb": (0.0, 5.0)}
@@ -64,15 +65,11 @@ def _decoded_lines(path: Path) -> Iterator[tuple[int, str | None, bytes]]:
                 yield number, None, raw
 
 
-def _bad_utf8(path: Path, number: int, raw: bytes) -> Reject:
-    return Reject(str(path), number, "(line)", "bad UTF-8", raw.decode("utf-8", errors="replace")[:200])
-
-
 def _record_lines(path: Path) -> Iterator[tuple[int, str] | Reject]:
     """(line number, text) of each non-blank line of a one-record-per-line file, or its bad-UTF-8 reject."""
     for number, text, raw in _decoded_lines(path):
         if text is None:
-            yield _bad_utf8(path, number, raw)
+            yield bad_utf8(path, number, raw)
         elif text.strip():
             yield number, text
 
@@ -84,7 +81,7 @@ def _delimited_rows(path: Path, delimiter: str, quoting: int, columns: ColumnMap
     def text_lines() -> Iterator[str]:
         for number, text, raw in _decoded_lines(path):
             if text is None:
-                pending_rejects.append(_bad_utf8(path, number, raw))
+                pending_rejects.append(bad_utf8(path, number, raw))
                 continue
             good_lines.append(number)
             yield text + "\n"  # the line end back: a quoted field spanning lines keeps its newline
@@ -116,7 +113,7 @@ def _delimited_rows(path: Path, delimiter: str, quoting: int, columns: ColumnMap
         except csv.Error as exc:
             yield from pending_rejects
             pending_rejects.clear()
-            yield Reject(str(path), good_lines[-1] if good_lines else 0, "(line)", f"unparseable: {exc}")
+            yield Reject(str(path), good_lines[-1] if good_lines else 0, RECORD, f"unparseable: {exc}")
             continue
         yield from pending_rejects
         pending_rejects.clear()
@@ -124,7 +121,7 @@ def _delimited_rows(path: Path, delimiter: str, quoting: int, columns: ColumnMap
             continue  # a blank line is not a data row
         line = good_lines[start] if start < len(good_lines) else good_lines[-1]
         if len(cells) > len(header):  # e.g. an unquoted delimiter inside a sentence: its fields would shift
-            yield Reject(str(path), line, "(line)", f"expected {len(header)} fields, got {len(cells)}", delimiter.join(cells)[:200])
+            yield Reject(str(path), line, RECORD, f"expected {len(header)} fields, got {len(cells)}", delimiter.join(cells)[:200])
             continue
         values = {key: cells[index[column]] if index[column] < len(cells) else None for key, column in wanted.items()}
         yield _RawRow(line, values, delimiter.join(cells)[:200])
@@ -149,14 +146,11 @@ def _jsonl_rows(path: Path, columns: ColumnMap) -> Iterator[_RawRow | Reject]:
             yield line
             continue
         number, text = line
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as exc:
-            yield Reject(str(path), number, "(line)", f"invalid JSON: {exc.msg}", text[:200])
+        problem = json_record_problem(text, ())  # a sentence that is not text is rejected later, naming its field
+        if problem:
+            yield Reject(str(path), number, RECORD, problem.removeprefix(": "), text[:200])
             continue
-        if not isinstance(record, dict):
-            yield Reject(str(path), number, "(line)", "not a JSON object", text[:200])
-            continue
+        record = json.loads(text)
         yield _RawRow(number, {key: record.get(column) for key, column in keys.items()}, text[:200])
 
 

@@ -19,6 +19,14 @@ class Reject:
         return f"{self.file}:{self.line} field {self.field!r}: {self.reason}"
 
 
+RECORD = "(line)"  # the field of a reject for a record that could not be read at all
+
+
+def bad_utf8(file: str | Path, line: int, raw: bytes) -> Reject:
+    """The reject of a record or line whose bytes are not UTF-8, with its first 200 bytes as text."""
+    return Reject(str(file), line, RECORD, "bad UTF-8", raw[:200].decode("utf-8", errors="replace"))
+
+
 class TooManyRejectsError(ValueError):
     pass
 

@@ -38,7 +38,6 @@ class LabelResult:
     shards: int
     skipped: int
     totals: dict[str, int]
-    seconds: float
     manifest: Path
     rejects: Path
 
@@ -202,7 +201,7 @@ def merge_rejects(output: Path, shards: list[Shard]) -> Path:
 def label_files(
     inputs: str | list[str], output: str | Path, job: LabelJob, fmt: str | None = None, address: str | None = None
 ) -> LabelResult:
-    """`augsbert label`'s front end: label every pair in the input files (csv, tsv, jsonl, parquet; a glob or a
+    """`augsbert label`'s front end: label every pair in the input files (csv, jsonl, parquet; a glob or a
     list) into Parquet shards under ``output``. The inputs are checked before Ray starts (or joins ``address``).
     With one CPU actor (the default) and no Ray running or asked for, the labeler runs in this process instead
     (``labels_here``): the same shards, labels and resume.
@@ -301,7 +300,7 @@ def label_shards(shards: list[Shard], output: Path, job: LabelJob, here: bool = 
     write_manifest(output, key, stats, shards, final=True)
     rejects = merge_rejects(output, shards)
     result = LabelResult(output, len(shards), skipped, {name: sum(s[name] for s in stats.values()) for name in COUNT_KEYS},
-                         round(time.perf_counter() - started, 3), output / MANIFEST, rejects)
+                         output / MANIFEST, rejects)
     if result.totals["pairs_in"] != result.totals["labeled"] + result.totals["rejected"]:
         raise RuntimeError(f"pair accounting broke: {result.summary()}")
     return result

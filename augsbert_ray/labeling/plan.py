@@ -22,10 +22,9 @@ import pyarrow.parquet as pq
 
 from augsbert_ray.config import SpecError, is_text_type
 from augsbert_ray.data.formats import SUFFIXES, read_schema
-from augsbert_ray.data.rejects import Reject
+from augsbert_ray.data.rejects import RECORD, Reject, bad_utf8
 
 SCAN_CHUNK = 4 << 20  # bytes per step when finding CSV/JSONL record boundaries
-RECORD = "(line)"  # the field of a reject for a record that could not be read at all
 
 
 @dataclass(frozen=True)
@@ -241,7 +240,7 @@ def _utf8_records(shard: Shard, data: bytes) -> tuple[bytes, np.ndarray, list[Re
                 kept.append(data[start:end])
             except UnicodeDecodeError:
                 read[index] = False
-                rejects.append(Reject(shard.path, int(lines[index]), RECORD, "bad UTF-8", data[start:end][:200].decode("utf-8", errors="replace")))
+                rejects.append(bad_utf8(shard.path, int(lines[index]), data[start:end]))
         data = b"".join(kept)
     return data, lines[read], rejects
 
@@ -272,7 +271,7 @@ def _read_jsonl(shard: Shard, data: bytes) -> tuple[pa.Table, np.ndarray, list[R
         try:
             line.decode("utf-8")
         except UnicodeDecodeError:
-            rejects.append(Reject(shard.path, number, RECORD, "bad UTF-8", line[:200].decode("utf-8", errors="replace")))
+            rejects.append(bad_utf8(shard.path, number, line))
             continue
         try:
             pajson.read_json(io.BytesIO(line), parse_options=parse)
