@@ -73,7 +73,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from augsbert_ray.tune_job import run_tuning_job
+    from augsbert_ray.tune_job import check_tunable, run_tuning_job
 
     overrides = list(args.set or [])
     if args.cross_encoder:
@@ -81,6 +81,7 @@ def _tune(args: argparse.Namespace) -> int:
             raise SpecError("--cross-encoder starts a new run; a resumed run keeps the cross-encoder of its spec.yaml")
         overrides.append(f"cross_encoder.trained={args.cross_encoder}")
     spec, resume = job_spec(args, overrides)
+    check_tunable(spec)  # before a run directory is made
     run_dir = run_in(args, spec, resume, run_tuning_job)
     print(f"run directory: {run_dir}")
     print((run_dir / "tuning.md").read_text(encoding="utf-8"))
@@ -96,6 +97,21 @@ def _parse_actors(text: str) -> tuple[int, int]:
     if not 0 < bounds[0] <= bounds[1]:
         raise argparse.ArgumentTypeError(f"--actors needs 0 < MIN <= MAX, got {text!r}")
     return bounds
+
+
+def _at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expects an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    return parse
 
 
 def _fraction(text: str) -> float:
@@ -253,9 +269,11 @@ def _evaluate(args: argparse.Namespace) -> int:
     from augsbert_ray.labeling import Teacher
     from augsbert_ray.models import check_model, resolve_model
 
-    rejects_path = Path(args.rejects) if args.rejects else None
-    if rejects_path is not None and rejects_path.is_dir():
-        raise SpecError(f"--rejects {rejects_path}: a directory; give a file to write the rejected rows to")
+    rejects_path = Path(args.rejects) if args.rejects is not None else None
+    if rejects_path is not None and (not args.rejects or rejects_path.is_dir()):
+        raise SpecError(f"--rejects {args.rejects or repr(args.rejects)}: a directory; give a file to write the rejected rows to")
+    if rejects_path is not None:
+        check_output_dir(rejects_path.parent, "--rejects")  # before the data is read, not after
     if Path(args.model).is_file():  # a run's models/teacher.json: the whole teacher, its maps applied
         if args.kind not in ("auto", "teacher"):
             raise SpecError(f"{args.model} is a teacher file; --kind {args.kind} takes a model directory")
@@ -267,7 +285,11 @@ def _evaluate(args: argparse.Namespace) -> int:
     else:
         model = resolve_model(args.model)
         check_model(model)
-        kind = model_kind(model) if args.kind == "auto" else args.kind
+        kind = model_kind(model)
+        saved_kind = (Path(model) / "config_sentence_transformers.json").is_file()  # else a plain transformers model: either
+        if args.kind != "auto" and args.kind != kind and saved_kind:
+            raise SpecError(f"--kind {args.kind}: {args.model} is a {kind.replace('_', '-')} (scored as the other, it would get a fresh, random part)")
+        kind = kind if args.kind == "auto" else args.kind
     data = _evaluation_data(args)
     task = data.resolved_task
     gold = load_gold(data, seed=args.seed, data_dir=args.data_dir)
@@ -440,7 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
     label.add_argument("--strategy", choices=["random", "bm25"], default="random", help="how --sentences are paired (default: %(default)s)")
     label.add_argument("--pairs", type=int, help="random pairs to draw from --sentences (default: --top-k x sentences)")
     label.add_argument("--top-k", type=int, default=3, help="BM25 neighbours per sentence, or random pairs per sentence (default: %(default)s)")
-    label.add_argument("--seed", type=int, default=42, help="seed for random pairing (default: %(default)s)")
+    label.add_argument("--seed", type=_at_least(0), default=42, help="seed for random pairing (default: %(default)s)")
     label.add_argument("--output", required=True, help="output directory for Parquet shards")
     label.add_argument("--format", choices=["parquet", "csv", "jsonl"], help="input format (default: from the suffix)")
     label.add_argument("--text-columns", default="sentence1,sentence2", help="the two text columns (default: %(default)s)")
@@ -485,8 +507,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--kind", choices=["auto", "bi_encoder", "cross_encoder", "teacher"], default="auto",
                           help="auto: teacher for a teacher file, cross_encoder for a CrossEncoder directory, else bi_encoder")
     evaluate.add_argument("--data-dir", help="directory holding the named datasets")
-    evaluate.add_argument("--seed", type=int, default=42, help="seed for splits carved from train")
-    evaluate.add_argument("--threads", type=int, default=2, help="torch threads")
+    evaluate.add_argument("--seed", type=_at_least(0), default=42, help="seed for splits carved from train")
+    evaluate.add_argument("--threads", type=_at_least(1), default=2, help="torch threads")
     evaluate.set_defaults(handler=_evaluate)
 
     models = commands.add_parser(

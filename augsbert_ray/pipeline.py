@@ -70,9 +70,10 @@ def start_run(
                                       "labeling.precision bf16": spec.labeling.bf16_on_cpu})
     check_run_models(spec)
     if resume is None:
+        fingerprint = run_fingerprint(spec, data_dir)  # first: a run refused for its data leaves no spec.yaml to resume
         ctx = RunContext.open(spec, run_dir or new_run_dir(spec))
         (ctx.layout.root / SPEC_FILE).write_text(dump_spec(spec), encoding="utf-8")
-        write_fingerprint(ctx.layout.root, run_fingerprint(spec, data_dir))
+        write_fingerprint(ctx.layout.root, fingerprint)
     else:
         ctx = resume_run(spec, resume, data_dir, force_resume)
     log.info("run directory: %s", ctx.layout.root)

@@ -37,8 +37,10 @@ import platform
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from functools import reduce
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -169,9 +171,28 @@ def run_one(name: str, seed: int, args: argparse.Namespace, runs: Path) -> None:
 
 
 def read_run(run_dir: Path) -> tuple[dict, dict, dict]:
-    host_file = run_dir / "host.json"  # absent for runs made before it was recorded
-    return (json.loads((run_dir / "metrics.json").read_text()), yaml.safe_load((run_dir / "spec.yaml").read_text()),
-            json.loads(host_file.read_text()) if host_file.exists() else {})
+    """A finished run's metrics.json, spec.yaml and host.json (absent for runs made before it was recorded). A file
+    that cannot be read, or lacks what the tables take from it, is a SpecError naming it."""
+    metrics = _read_mapping(run_dir / "metrics.json", json.loads)
+    test, details = metrics.get("test"), metrics.get("details")
+    if not (isinstance(test, dict) and isinstance(details, dict) and set(test) <= set(details)
+            and all(isinstance(score, (int, float)) and isinstance(details[row], dict) for row, score in test.items())):
+        raise SpecError(f"{run_dir / 'metrics.json'}: no 'test' scores (numbers) with a 'details' entry for each")
+    spec = _read_mapping(run_dir / "spec.yaml", yaml.safe_load)
+    if not isinstance(spec.get("sampling"), dict):
+        raise SpecError(f"{run_dir / 'spec.yaml'}: no 'sampling' section")
+    host_file = run_dir / "host.json"
+    return metrics, spec, _read_mapping(host_file, json.loads) if host_file.exists() else {}
+
+
+def _read_mapping(path: Path, parse: Callable[[str], Any]) -> dict:
+    try:
+        value = parse(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError) as exc:  # ValueError: JSON and UTF-8 errors
+        raise SpecError(f"{path}: cannot read: {str(exc).splitlines()[0]}") from None
+    if not isinstance(value, dict):
+        raise SpecError(f"{path}: not a mapping but {type(value).__name__}")
+    return value
 
 
 def merge_parts(parts: dict[str, tuple[dict, dict, dict]]) -> tuple[dict, dict, dict]:
@@ -458,7 +479,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", nargs="+", choices=list(EXPERIMENTS), help="run these experiments only")
     parser.add_argument("--runs", default="runs/reproduce", help="where the run directories go (default: %(default)s)")
     parser.add_argument("--data-dir", help="named datasets' directory (default: as for augsbert run)")
-    parser.add_argument("--cpus", type=int, help="CPUs for the embedded Ray (default: all)")
+    parser.add_argument("--cpus", type=int, help="CPUs for the embedded Ray (> 0; default: all)")
     parser.add_argument("--gpu", action="store_true", help="on the GPU: each fit on a whole GPU, labeling actors and evaluation on a quarter, seed-search trials on a fifth")
     parser.add_argument("--part", choices=list(PARTS), help="run only this part of each in-domain seed: rest + kde, or lexical + semantic + kde, make a seed "
                         "(lexical + kde: one without the semantic strategies)")
@@ -471,6 +492,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", default=str(ROOT / "docs" / "RESULTS.md"), help="markdown output; its hand-written section "
                         f"'{NOTES_HEADING[3:]}' is kept (default: %(default)s)")
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "reproduce.json"), help="JSON output (default: %(default)s)")
+
+
+# what reproduce sets in every run itself, and the option that sets it
+OWN_SETTINGS = {"seed": "--seeds", "output_dir": "--runs", "name": "the experiment and seed"}
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """The options' values that would otherwise fail after hours of runs, or be silently ignored."""
+    repeated = sorted({seed for seed in args.seeds if args.seeds.count(seed) > 1})
+    if repeated or min(args.seeds) < 0:
+        raise SpecError(f"--seeds: {repeated[0]} repeats" if repeated else "--seeds: must be >= 0")
+    if args.cpus is not None and args.cpus < 1:
+        raise SpecError(f"--cpus {args.cpus}: must be > 0 (leave it out for all CPUs)")
+    if args.part and (args.quick or set(args.only or EXPERIMENTS) & set(TRANSFER)):
+        raise SpecError("--part splits the full in-domain experiments only: give --only with in-domain ones, without --quick")
+    for item in args.set:
+        if (key := item.split("=", 1)[0].strip()) in OWN_SETTINGS:
+            raise SpecError(f"--set {item}: reproduce sets {key} in every run from {OWN_SETTINGS[key]}")
+    for flag, runs in (("--beside", args.beside), ("--runs", args.runs if args.collect else None)):
+        if runs is not None and not Path(runs).is_dir():
+            raise SpecError(f"{flag} {runs}: no such directory of runs")
+    for flag, output in (("--results", args.results), ("--json", args.json)):
+        if not output or Path(output).is_dir():
+            raise SpecError(f"{flag} {output!r}: a directory; give a file")
+        if not Path(output).resolve().parent.is_dir():
+            raise SpecError(f"{flag} {output}: its directory {Path(output).resolve().parent} does not exist")
 
 
 def reproduce(args: argparse.Namespace, command: str) -> int:
@@ -486,10 +533,7 @@ def reproduce(args: argparse.Namespace, command: str) -> int:
         >>> reproduce(parser.parse_args(["--quick"]), "augsbert reproduce --quick")  # doctest: +SKIP
     """
     args.seeds = args.seeds or ([42] if args.quick else [42, 43, 44])
-    if args.part and (args.quick or set(args.only or EXPERIMENTS) & set(TRANSFER)):
-        raise SpecError("--part splits the full in-domain experiments only: give --only with in-domain ones, without --quick")
-    if args.beside and not Path(args.beside).is_dir():
-        raise SpecError(f"--beside {args.beside}: no such directory of runs")
+    check_arguments(args)
     if not args.collect:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the packaged MiniLM: nothing to download
     started = time.perf_counter()

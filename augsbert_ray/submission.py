@@ -13,8 +13,11 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import os
+import re
 import shlex
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,12 +35,38 @@ PASSED_ENV = ("HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM", "TRANSFORMERS_OFFLINE"
 
 def dashboard_address(address: str | None) -> str:
     """--address, else $RAY_API_SERVER_ADDRESS, else an http $RAY_ADDRESS, else the local default."""
-    for candidate in (address, os.environ.get("RAY_API_SERVER_ADDRESS"), os.environ.get("RAY_ADDRESS")):
-        if candidate and candidate.startswith(("http://", "https://")):
-            return candidate.rstrip("/")
-        if candidate and candidate is address:
+    if address is not None:
+        if address and not address.startswith(("http://", "https://")):
             raise SpecError(f"--address must be the dashboard URL, e.g. {DEFAULT_ADDRESS}; got {address!r}")
+        return checked_url("--address ", address)
+    for name in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS"):
+        value = os.environ.get(name, "")
+        if value.startswith(("http://", "https://")):  # RAY_ADDRESS may also name a GCS (auto, host:6379)
+            return checked_url(f"{name}=", value)
     return DEFAULT_ADDRESS
+
+
+def checked_url(name: str, value: str) -> str:
+    """``value`` without trailing slashes, where it is an http(s) URL with a host and a valid port; a SpecError
+    starting with ``name`` (``--address `` or ``VAR=``) otherwise, where requests would fail less clearly."""
+    try:
+        parts = urlsplit(value)
+    except ValueError as exc:  # an unclosed [ of an IPv6 host
+        reason = str(exc)
+    else:
+        try:
+            port = parts.port
+        except ValueError:
+            port = 0
+        if not value:
+            reason = f"empty; give the dashboard's URL, e.g. {DEFAULT_ADDRESS}"
+        elif not parts.hostname:
+            reason = "no host"
+        elif port == 0:  # not a number, out of range, or 0
+            reason = f"port {parts.netloc.rpartition(':')[2]!r} is not a number from 1 to 65535"
+        else:
+            return value.rstrip("/")
+    raise SpecError(f"{name}{value or repr(value)}: not a valid URL ({reason})")
 
 
 def auth_headers() -> dict[str, str]:
@@ -74,19 +103,90 @@ def check_transport(url: str, sends_token: bool, insecure: bool) -> None:
         )
 
 
+def request_reason(exc: BaseException) -> tuple[int | None, str]:
+    """The status code and the line that says why, from Ray's ``Request failed with status code N: BODY.``; where
+    BODY is the server's traceback, its last unindented line (the exception), else BODY's first line."""
+    text = str(exc).strip()
+    match = re.match(r"Request failed with status code (\d+): ", text)
+    code = int(match[1]) if match else None
+    body = text[match.end():].removesuffix(".") if match else text  # Ray appends the "."
+    lines = [line for line in body.splitlines() if line.strip() not in ("", ".")]
+    if "Traceback (most recent call last)" in body:
+        lines = [line for line in lines if not line.startswith((" ", "Traceback", "During handling", "The above"))][-1:]
+    return code, (lines[0].strip() if lines else "(no message)")
+
+
+@contextmanager
+def dashboard_errors(url: str, timeout_s: float) -> Iterator[None]:
+    """A request to the dashboard that fails to connect, gets no answer or is refused for its token: one line."""
+    import requests
+    from ray.exceptions import AuthenticationError
+
+    try:
+        yield
+    except requests.Timeout:  # before ConnectionError: a ConnectTimeout is both
+        raise SpecError(
+            f"cannot reach the Ray dashboard at {url}: no answer within {timeout_s:g} s ($AUGSBERT_CONNECT_TIMEOUT sets the wait)"
+        ) from None
+    except requests.ConnectionError as exc:
+        errno = re.search(r"\[Errno -?\d+\] ([^'\")]+)", str(exc))
+        raise SpecError(f"cannot reach the Ray dashboard at {url}: {errno[1] if errno else 'connection failed'}") from None
+    except AuthenticationError as exc:
+        # Ray's message (HTTP 401: no token sent; 403: a wrong one) names neither the address nor our variables
+        problem = "wants a Ray auth token and none was sent" if str(exc).startswith("Authentication required") else (
+            "refused the Ray auth token")
+        raise SpecError(
+            f"--address {url}: the dashboard {problem}; set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH to the cluster's token"
+        ) from None
+    except requests.RequestException as exc:
+        raise SpecError(f"--address {url}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+
+
+def check_version_answer(url: str, response: Any) -> None:
+    """The answer to GET /api/version, as only a Ray dashboard gives it (JSON with ray_version), where Ray's own
+    check raises RuntimeError, HTTPError or a JSON error that do not say the address is wrong."""
+    reason = f"GET /api/version answered HTTP {response.status_code}"
+    if response.status_code == 200:
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+            reason = f"GET /api/version answered {response.headers.get('Content-Type') or 'something'}, not JSON"
+        if isinstance(answer, dict) and isinstance(answer.get("ray_version"), str):
+            return
+        if answer is not None:
+            reason = "GET /api/version answered JSON without ray_version"
+    raise SpecError(f"--address {url}: not a Ray dashboard's Jobs API ({reason})")
+
+
 def client(address: str | None, insecure: bool = False):
-    """A Jobs API client for the dashboard at ``address``; see ``dashboard_address`` and ``check_transport``."""
+    """A Jobs API client for the dashboard at ``address``; see ``dashboard_address`` and ``check_transport``. Every
+    request waits at most $AUGSBERT_CONNECT_TIMEOUT s for an answer, and its failures are one-line SpecErrors."""
     from ray.job_submission import JobSubmissionClient
 
+    from augsbert_ray.runtime import connect_timeout
+
     url = dashboard_address(address)
+    timeout_s = connect_timeout()
     check_token_file()
     headers = auth_headers()
     # With RAY_AUTH_MODE=token and no header of ours, Ray's client sends the token it finds itself.
     check_transport(url, bool(headers) or os.environ.get("RAY_AUTH_MODE", "").lower() == "token", insecure)
+
+    class Client(JobSubmissionClient):
+        # Ray's client sends every request without a timeout: a dashboard that accepts but never answers hangs it.
+        def _do_request(self, method: str, endpoint: str, **kwargs: Any) -> Any:
+            kwargs.setdefault("timeout", timeout_s)
+            with dashboard_errors(url, timeout_s):
+                response = super()._do_request(method, endpoint, **kwargs)
+            if endpoint == "/api/version":
+                check_version_answer(url, response)
+            return response
+
     try:
-        return JobSubmissionClient(url, headers=headers)
-    except ConnectionError as exc:
-        raise SpecError(f"cannot reach the Ray dashboard at {url}: {str(exc).splitlines()[0]}") from None
+        return Client(url, headers=headers)
+    except RuntimeError as exc:  # a dashboard of Ray older than 2.0
+        raise SpecError(f"--address {url}: {str(exc).splitlines()[0]}") from None
 
 
 def runtime_env(working_dir: Path, data_dir: str | None = None, pip: list[str] | None = None) -> dict[str, Any]:
@@ -125,12 +225,21 @@ def submit(
     root = Path(working_dir or Path.cwd())
     if not root.is_dir():
         raise SpecError(f"--working-dir {root}: not a directory")
+    if submission_id == "":
+        raise SpecError("--submission-id is empty; leave it out for an id Ray generates")
     command = entrypoint(Path(job), root, overrides)
     jobs = client(address, insecure)
-    submitted = jobs.submit_job(
-        entrypoint=command, runtime_env=runtime_env(root, data_dir, pip), submission_id=submission_id,
-        metadata={"augsbert_job": Path(job).name},
-    )
+    try:
+        submitted = jobs.submit_job(
+            entrypoint=command, runtime_env=runtime_env(root, data_dir, pip), submission_id=submission_id,
+            metadata={"augsbert_job": Path(job).name},
+        )
+    except RuntimeError as exc:  # the dashboard's answer was not 200: its traceback, in Ray's message
+        url = dashboard_address(address)
+        code, reason = request_reason(exc)
+        if submission_id and f"submission_id {submission_id} already exists" in str(exc):
+            raise SpecError(f"--submission-id {submission_id}: a job with this id already exists at {url}") from None
+        raise SpecError(f"--address {url}: the dashboard refused the job{f' (HTTP {code})' if code else ''}: {reason}") from None
     return jobs, submitted
 
 
@@ -152,9 +261,17 @@ def follow_logs(jobs, submission_id: str, out=sys.stdout) -> None:
 
 def get(address: str | None, submission_id: str, insecure: bool = False):
     """A client, after checking that the job exists (one clear error otherwise)."""
+    if not submission_id:  # GET /api/jobs/ would list every job
+        raise SpecError("submission id is empty")
     jobs = client(address, insecure)
     try:
         jobs.get_job_info(submission_id)
     except RuntimeError as exc:
-        raise SpecError(f"no job {submission_id!r} at {dashboard_address(address)}: {str(exc).splitlines()[0]}") from None
+        url = dashboard_address(address)
+        code, reason = request_reason(exc)
+        if code == 404:
+            raise SpecError(f"no job {submission_id!r} at {url}") from None
+        raise SpecError(f"--address {url}: job {submission_id!r}: {f'HTTP {code}: ' if code else ''}{reason}") from None
+    except TypeError:  # an id such as "." that requests resolves to the list of all jobs
+        raise SpecError(f"no job {submission_id!r} at {dashboard_address(address)}") from None
     return jobs

@@ -19,6 +19,11 @@ from augsbert_ray.tuning.report import write_tuning_report
 from augsbert_ray.tuning.stage import strategy_of
 
 
+def check_tunable(spec: JobSpec) -> None:
+    if spec.tuning is None:
+        raise SpecError("augsbert tune needs a 'tuning' section in the job spec (e.g. tuning: {seeds: 5})")
+
+
 def run_tuning_job(
     spec: JobSpec, data_dir: str | Path | None = None, resume: Path | None = None, force_resume: bool = False,
     run_dir: Path | None = None,
@@ -39,8 +44,7 @@ def run_tuning_job(
         run_dir = run_tuning_job(load_spec("jobs/stsb_seed_opt.yaml"))
         print((run_dir / "tuning.md").read_text())
     """
-    if spec.tuning is None:
-        raise SpecError("augsbert tune needs a 'tuning' section in the job spec (e.g. tuning: {seeds: 5})")
+    check_tunable(spec)
     tuned = spec.tuned_models()
     strategies = [strategy_of(spec, model) for model in tuned if model != "sbert"]
     # semantic search embeds with the gold-trained SBERT, as in `augsbert run`

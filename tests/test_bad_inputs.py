@@ -95,11 +95,33 @@ def test_evaluate_writes_rejects_to_a_file(tiny_model: Path, tmp_path: Path, cap
     (["--data", "mrpc", "--dev", "dev.csv"], "--dev is for pair files; the named dataset mrpc has its own"),
     (["--data", "stsb", "--format", "csv"], "--format is for pair files; the named dataset stsb has its own"),
     (["--data", "stsb", "--rejects", "."], "--rejects .: a directory; give a file to write the rejected rows to"),
-], ids=["dev-with-named", "format-with-named", "rejects-dir"])
-def test_evaluate_refuses_flags_it_would_ignore_or_cannot_follow(tiny_model: Path, capsys, flags: list[str], message: str) -> None:
-    """Before: --dev and --format were silently ignored with a named dataset; --rejects DIR was a traceback."""
+    (["--data", "stsb", "--rejects", ""], "--rejects '': a directory; give a file to write the rejected rows to"),
+    (["--data", "stsb", "--rejects", "README.md/rejects.jsonl"], "--rejects README.md: is a file, not a directory"),
+    (["--data", "README.md", "--format", "csv", "--dev", "tests"], "--dev tests: a directory, not a file"),
+], ids=["dev-with-named", "format-with-named", "rejects-dir", "rejects-empty", "rejects-under-a-file", "dev-dir"])
+def test_evaluate_refuses_flags_it_would_ignore_or_cannot_follow(tiny_model: Path, capsys, monkeypatch: pytest.MonkeyPatch,
+                                                                 flags: list[str], message: str) -> None:
+    """Before: --dev and --format were silently ignored with a named dataset; --rejects DIR was a traceback, as were
+    --rejects under a file (after reading the data) and a directory as --dev; --rejects '' was ignored."""
+    monkeypatch.chdir(REPO)
     code, out, err = evaluate(capsys, tiny_model, *flags)
     assert (code, out, err) == (2, "", f"augsbert evaluate: error: {message}\n")
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [("--seed", "-1", "must be >= 0, got -1"), ("--threads", "0", "must be >= 1, got 0")])
+def test_evaluate_refuses_a_negative_seed_or_no_threads(capsys, flag: str, value: str, message: str) -> None:
+    """Before: --threads 0 was taken for 1, and --seed -1 failed later without naming the flag."""
+    with pytest.raises(SystemExit) as exited:
+        main(["evaluate", "minilm", "--data", "stsb", flag, value])
+    assert exited.value.code == 2 and capsys.readouterr().err.endswith(f"augsbert evaluate: error: argument {flag}: {message}\n")
+
+
+def test_evaluate_refuses_a_kind_its_model_is_not(tiny_cross_encoder: Path, capsys) -> None:
+    """Before: a bi-encoder scored as a cross-encoder (or the reverse) got a fresh, random head, and exit 0."""
+    for model, kind, actual in (("minilm", "cross_encoder", "bi-encoder"), (str(tiny_cross_encoder), "bi_encoder", "cross-encoder")):
+        assert main(["evaluate", model, "--data", "stsb", "--kind", kind]) == 2
+        assert capsys.readouterr().err == (f"augsbert evaluate: error: --kind {kind}: {model} is a {actual} (scored as the "
+                                           "other, it would get a fresh, random part)\n")
 
 
 def test_evaluate_reads_a_file_named_for_dev_and_test_once(tiny_model: Path, tmp_path: Path, capsys) -> None:
@@ -1120,3 +1142,19 @@ def test_a_ray_without_its_dashboard_packages_stops_with_one_line(monkeypatch: p
         "augsbert run: error: the embedded Ray's dashboard, whose State API Ray Train's fits need, lacks a package "
         "(import of ray.dashboard.optional_deps halted; None in sys.modules): pip install 'ray[default]==2.60.0'\n"
     )
+
+
+def test_tune_without_a_tuning_section_makes_no_run_directory(tmp_path: Path, capsys) -> None:
+    """Before: the refused command left a run directory with a run.log."""
+    assert main(["tune", str(REPO / "jobs" / "stsb_indomain_bm25.yaml"), "--set", f"output_dir={tmp_path / 'runs'}"]) == 2
+    assert error_line(capsys.readouterr().err) == "augsbert tune: error: augsbert tune needs a 'tuning' section in the job spec (e.g. tuning: {seeds: 5})"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_run_refused_for_its_data_leaves_no_spec_to_resume(tmp_path: Path, capsys) -> None:
+    """Before: spec.yaml was written before the data directory was checked, so `augsbert reproduce` took the refused
+    run for a stopped one and continued it with that spec, unchecked."""
+    assert main(["run", str(REPO / "jobs" / "stsb_indomain_bm25.yaml"), "--data-dir", str(tmp_path / "no-data"),
+                 "--set", f"output_dir={tmp_path / 'runs'}"]) == 2
+    assert "data directory" in error_line(capsys.readouterr().err)
+    assert not list((tmp_path / "runs").glob("*/spec.yaml"))

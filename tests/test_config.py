@@ -80,6 +80,19 @@ def test_missing_spec_file_and_bad_yaml(tmp_path: Path) -> None:
     (tmp_path / "cp1252.yaml").write_bytes(b"seed: 1\nname: caf\xe9\n")
     with pytest.raises(SpecError, match=r"cp1252.yaml:2: not UTF-8"):
         load_spec(tmp_path / "cp1252.yaml")
+    with pytest.raises(SpecError, match=r"not valid YAML: a key must be a name, not a list, line 1 column 3$"):  # was: TypeError
+        load_spec(write(tmp_path, "? [a, b]\n: 1\n"))
+
+
+@pytest.mark.parametrize("override, message", [
+    ("seed=-5", "seed: Input should be greater than or equal to 0"),
+    ("tuning.seeds=[1, -1]", "tuning.seeds: Value error, seeds must be >= 0"),
+    ("data.train.path=tests", "data.train.path: Value error, a directory, not a file"),  # was: IsADirectoryError later
+])
+def test_negative_seeds_and_a_directory_as_a_data_file_are_refused(override: str, message: str) -> None:
+    sources = ["data.dataset=null", "data.dev.path=README.md", "data.test.path=README.md"]
+    with pytest.raises(SpecError, match=re.escape(message)):
+        load_spec(None, [*sources, "data.train.path=README.md", override])
 
 
 @pytest.mark.parametrize("override", ["sampling.strategies=[bm25,", "name=@home"])

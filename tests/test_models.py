@@ -117,3 +117,12 @@ def test_damaged_parts_are_a_clear_error(fake: PackagedModel, tmp_path: Path, da
     with pytest.raises(ModelPartsError, match=r"^fake: the parts of fake.zip do not join into a valid zip \(.+\); reinstall them"):
         resolve_model("fake")
     assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_a_model_cache_that_is_a_file_is_one_line(fake: PackagedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: a traceback (FileExistsError, NotADirectoryError)."""
+    (tmp_path / "afile").write_text("")
+    for cache, message in ((tmp_path / "afile", "is a file"), (tmp_path / "afile" / "sub", f"{tmp_path / 'afile'} is a file")):
+        monkeypatch.setenv("AUGSBERT_MODEL_CACHE", str(cache))
+        assert main(["models", "fake"]) == 2
+        assert capsys.readouterr().err == f"augsbert models: error: the model cache ($AUGSBERT_MODEL_CACHE) {cache}: {message}, not a directory\n"

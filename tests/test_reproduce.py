@@ -254,3 +254,39 @@ def test_every_set_of_reproduce_counts() -> None:
     parser = argparse.ArgumentParser()
     reproduce.add_arguments(parser)
     assert parser.parse_args(["--set", "a=1", "b=2", "--set", "c=3"]).set == ["a=1", "b=2", "c=3"]
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--seeds", "43", "43"], "--seeds: 43 repeats"),  # before: one run tabulated as two seeds, std 0
+    (["--seeds", "-1"], "--seeds: must be >= 0"),
+    (["--cpus", "0"], "--cpus 0: must be > 0 (leave it out for all CPUs)"),  # before: all CPUs, silently
+    (["--set", "seed=7"], "--set seed=7: reproduce sets seed in every run from --seeds"),  # before: silently overridden
+    (["--set", "output_dir=/elsewhere"], "--set output_dir=/elsewhere: reproduce sets output_dir in every run from --runs"),
+    (["--results", "{tmp}"], "--results '{tmp}': a directory; give a file"),  # before: a traceback after every run
+    (["--json", "{tmp}/no/r.json"], "--json {tmp}/no/r.json: its directory {tmp}/no does not exist"),
+    (["--runs", "{tmp}/nothing"], "--runs {tmp}/nothing: no such directory of runs"),  # before: 'no finished seed', exit 0
+])
+def test_reproduce_refuses_bad_options_before_any_run(tmp_path: Path, capsys: pytest.CaptureFixture, arguments: list[str], message: str) -> None:
+    from augsbert_ray.cli import main
+
+    (tmp_path / "runs").mkdir()
+    defaults = ["--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "r.md"), "--json", str(tmp_path / "r.json")]
+    assert main(["reproduce", "--collect", *defaults, *(argument.format(tmp=tmp_path) for argument in arguments)]) == 2
+    assert capsys.readouterr().err == f"augsbert reproduce: error: {message.format(tmp=tmp_path)}\n"
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ('{"test": {"sbert": 6', "metrics.json: cannot read: Expecting ',' delimiter"),  # before: no file named
+    ('[1, 2]', "metrics.json: not a mapping but list"),  # before: a traceback (AttributeError)
+    ('{"test": {"sbert": "high"}, "details": {"sbert": {}}}', "metrics.json: no 'test' scores (numbers) with a 'details' entry for each"),
+    ('{"details": {}}', "metrics.json: no 'test' scores (numbers) with a 'details' entry for each"),  # before: KeyError
+])
+def test_a_broken_run_file_is_one_line_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture, content: str, message: str) -> None:
+    from augsbert_ray.cli import main
+
+    run_dir = tmp_path / "runs" / "mrpc-full-seed42-20261123-230000"
+    write_run(run_dir, ["bm25"], {"sbert": 60.0}, 100.0)
+    (run_dir / "metrics.json").write_text(content)
+    assert main(["reproduce", "--collect", "--only", "mrpc", "--seeds", "42", "--runs", str(tmp_path / "runs"),
+                 "--results", str(tmp_path / "r.md"), "--json", str(tmp_path / "r.json")]) == 2
+    assert capsys.readouterr().err.startswith(f"augsbert reproduce: error: {run_dir / message}")
