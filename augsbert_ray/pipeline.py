@@ -44,6 +44,7 @@ def new_run_dir(spec: JobSpec) -> Path:
 def run_logged(runner: Callable[..., Path], spec: JobSpec, resume: Path | None = None, verbose: bool = False, **kwargs: Any) -> Path:
     """``runner`` (run_job or run_tuning_job) in a new run directory, or continuing ``resume``; returns the run
     directory. Unless ``verbose``, Ray's and the libraries' output goes to the run's run.log instead of the console.
+    A new run refused before it wrote its spec.yaml (before Ray starts) leaves no directory behind.
 
     Args:
         runner: run_job or run_tuning_job.
@@ -57,8 +58,13 @@ def run_logged(runner: Callable[..., Path], spec: JobSpec, resume: Path | None =
         run_dir = run_logged(run_job, load_spec("jobs/stsb_indomain_bm25.yaml"), data_dir="../shared/data")
     """
     run_dir = resume or new_run_dir(spec)
-    with contextlib.nullcontext() if verbose else chatter_to(run_dir / RUN_LOG):
-        return runner(spec, resume=resume, run_dir=None if resume else run_dir, **kwargs)
+    try:
+        with contextlib.nullcontext() if verbose else chatter_to(run_dir / RUN_LOG):
+            return runner(spec, resume=resume, run_dir=None if resume else run_dir, **kwargs)
+    except BaseException:
+        if resume is None and not (run_dir / SPEC_FILE).exists():  # refused by a check: nothing to resume or read
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
 
 
 def start_run(

@@ -398,10 +398,12 @@ def transfer_sections(target: dict) -> dict:
 ], ids=["zero-shot-model", "semantic-model", "labeling-gpus"])
 def test_run_refuses_what_it_would_first_need_late_before_reading_data(ray_session, tmp_path: Path, capsys, setting: str,
                                                                         message: str) -> None:
-    """Before: these failed after the cross-encoder and SBERT fits (labeling, sampling) or at the last stage."""
-    line, run_dir = run_error(tmp_path, capsys, job_file(tmp_path, own_data(tmp_path, scores(20))), setting)
-    assert line.startswith(f"augsbert run: error: {message}")
-    assert not (run_dir / "gold").exists()
+    """Before: these failed after the cross-encoder and SBERT fits (labeling, sampling) or at the last stage. A model
+    is checked before the run writes its spec.yaml, so that run leaves no directory; the GPUs once Ray is up."""
+    assert main(["run", str(job_file(tmp_path, own_data(tmp_path, scores(20)))), "--set", setting]) == 2
+    assert error_line(capsys.readouterr().err).startswith(f"augsbert run: error: {message}")
+    assert [run_dir.name for run_dir in (tmp_path / "runs").glob("*/spec.yaml")] == (["spec.yaml"] if "gpus" in setting else [])
+    assert not list((tmp_path / "runs").glob("*/gold"))
 
 
 def test_run_refuses_a_transfer_source_smaller_than_a_batch(ray_session, tmp_path: Path, capsys) -> None:
@@ -1098,7 +1100,7 @@ def test_bf16_on_a_cpu_without_it_stops_before_ray_starts(monkeypatch: pytest.Mo
         "augsbert run: error: training.bf16 and labeling.precision bf16: this CPU has no bf16 instructions (AVX512-BF16 "
         "or AMX), where bf16 runs 8-45 times slower than fp32; use fp32 here, or bf16 on a GPU\n"
     )
-    assert [path.name for path in tmp_path.glob("*/*")] == ["run.log"]  # nothing read, fitted or labeled
+    assert not list(tmp_path.iterdir())  # nothing read, fitted or labeled, and no run directory left
     pairs = tmp_path / "pairs.csv"
     pairs.write_text("sentence1,sentence2\na cat,a dog\n", encoding="utf-8")
     assert main(["label", "--model", "minilm", "--input", str(pairs), "--output", str(tmp_path / "out"), "--precision", "bf16"]) == 2
@@ -1153,8 +1155,8 @@ def test_tune_without_a_tuning_section_makes_no_run_directory(tmp_path: Path, ca
 
 def test_a_run_refused_for_its_data_leaves_no_spec_to_resume(tmp_path: Path, capsys) -> None:
     """Before: spec.yaml was written before the data directory was checked, so `augsbert reproduce` took the refused
-    run for a stopped one and continued it with that spec, unchecked."""
+    run for a stopped one and continued it with that spec, unchecked; and the refused run left its directory."""
     assert main(["run", str(REPO / "jobs" / "stsb_indomain_bm25.yaml"), "--data-dir", str(tmp_path / "no-data"),
                  "--set", f"output_dir={tmp_path / 'runs'}"]) == 2
     assert "data directory" in error_line(capsys.readouterr().err)
-    assert not list((tmp_path / "runs").glob("*/spec.yaml"))
+    assert not list((tmp_path / "runs").iterdir())
