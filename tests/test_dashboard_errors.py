@@ -107,7 +107,7 @@ def test_a_dashboard_that_accepts_but_never_answers_fails_after_the_timeout(caps
         f"augsbert status: error: cannot reach the Ray dashboard at {url}: no answer within 1 s "
         "($AUGSBERT_CONNECT_TIMEOUT sets the wait)\n"
     )
-    assert 1 <= seconds < 10
+    assert 1 <= seconds < 60  # waited for the timeout, and did not hang (the bound leaves room for importing Ray)
 
 
 def test_nothing_listening_names_the_reason(capsys) -> None:
