@@ -248,13 +248,13 @@ def status(jobs, submission_id: str) -> tuple[str, str]:
     return str(info.status.value if hasattr(info.status, "value") else info.status), info.message or ""
 
 
-def follow_logs(jobs, submission_id: str, out=sys.stdout) -> None:
+def follow_logs(jobs, submission_id: str) -> None:
     """Stream the job's logs until it ends."""
 
     async def tail() -> None:
         async for lines in jobs.tail_job_logs(submission_id):
-            out.write(lines)
-            out.flush()
+            sys.stdout.write(lines)
+            sys.stdout.flush()
 
     asyncio.run(tail())
 

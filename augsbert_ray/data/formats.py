@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -88,17 +89,22 @@ def _csv_schema(path: str, text_columns: tuple[str, str]) -> pa.Schema:
         return reader.schema
 
 
-def json_record_problem(line: str | bytes, text_columns: tuple[str, ...]) -> str | None:
-    """What keeps a JSON Lines line from being a record whose text columns, where present, hold text, as the end of
-    an error message (``": not a JSON object"``); None if nothing."""
+def json_record(line: str | bytes, text_columns: tuple[str, ...]) -> tuple[dict[str, Any], None] | tuple[None, str]:
+    """The record a JSON Lines line holds, if it is an object whose text columns, where present, hold text; else
+    what keeps it from being one, as the end of an error message (``": not a JSON object"``)."""
     try:
         record = json.loads(line)
     except ValueError as exc:  # invalid JSON or UTF-8
-        return f": invalid JSON: {exc}"
+        return None, f": invalid JSON: {exc}"
     if not isinstance(record, dict):
-        return ": not a JSON object"
+        return None, ": not a JSON object"
     wrong = next((column for column in text_columns if not isinstance(record.get(column, ""), (str, type(None)))), None)
-    return f" field {wrong!r}: not text: {record[wrong]!r}" if wrong else None
+    return (None, f" field {wrong!r}: not text: {record[wrong]!r}") if wrong else (record, None)
+
+
+def json_record_problem(line: str | bytes, text_columns: tuple[str, ...]) -> str | None:
+    """What keeps a JSON Lines line from being a record (see ``json_record``); None if nothing."""
+    return json_record(line, text_columns)[1]
 
 
 def string_types(text_columns: tuple[str, str]) -> dict[str, pa.DataType]:

@@ -8,7 +8,6 @@ pairs), so they are read line by line on the driver; big unlabeled inputs go thr
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from augsbert_ray.config import ColumnMap, FileFormat, SourceSpec, TaskType
-from augsbert_ray.data.formats import json_record_problem
+from augsbert_ray.data.formats import json_record
 from augsbert_ray.data.rejects import RECORD, Reject, bad_utf8
 
 MISSING_FIELD = "missing field"  # the reason of a reject whose field is absent or blank
@@ -146,11 +145,10 @@ def _jsonl_rows(path: Path, columns: ColumnMap) -> Iterator[_RawRow | Reject]:
             yield line
             continue
         number, text = line
-        problem = json_record_problem(text, ())  # a sentence that is not text is rejected later, naming its field
-        if problem:
+        record, problem = json_record(text, ())  # a sentence that is not text is rejected later, naming its field
+        if record is None:
             yield Reject(str(path), number, RECORD, problem.removeprefix(": "), text[:200])
             continue
-        record = json.loads(text)
         yield _RawRow(number, {key: record.get(column) for key, column in keys.items()}, text[:200])
 
 

@@ -59,15 +59,15 @@ def check_pairs(table: pa.Table, text_columns: tuple[str, str], path: str, lines
     return valid, rejects
 
 
-def calibration_pairs(shards: list[Shard], text_columns: tuple[str, str], count: int = CALIBRATION_PAIRS) -> list[tuple[str, str]]:
-    """The input's first ``count`` pairs with two sentences: what int8 calibrates on, the same for every actor."""
+def calibration_pairs(shards: list[Shard], text_columns: tuple[str, str]) -> list[tuple[str, str]]:
+    """The input's first CALIBRATION_PAIRS pairs with two sentences: what int8 calibrates on, the same for every actor."""
     pairs: list[tuple[str, str]] = []
     for shard in shards:
-        for window in read_shard(shard, count):
+        for window in read_shard(shard, CALIBRATION_PAIRS):
             first, second = (window.table.column(name).to_pylist() for name in text_columns)
             pairs += [(a, b) for a, b in zip(first, second) if is_sentence(a) and is_sentence(b)]
-            if len(pairs) >= count:
-                return pairs[:count]
+            if len(pairs) >= CALIBRATION_PAIRS:
+                return pairs[:CALIBRATION_PAIRS]
     return pairs
 
 

@@ -118,7 +118,7 @@ def bin_counts(scores: np.ndarray, bins: int) -> np.ndarray:
     return counts
 
 
-def score_histogram(silver: SilverRows, bins: int, column: str = "score") -> np.ndarray:
+def score_histogram(silver: SilverRows, bins: int) -> np.ndarray:
     """Counts of silver scores in ``bins`` equal bins over [0,1]: of a table here; of a Dataset, each batch counted
     on the workers and the counts streamed to this process and added up (``bins`` numbers per batch: a groupby's
     hash shuffle would start its own aggregator actors for them).
@@ -126,7 +126,6 @@ def score_histogram(silver: SilverRows, bins: int, column: str = "score") -> np.
     Args:
         silver: The rows: a table, or a Dataset.
         bins: How many equal bins; scores outside [0,1] count in the first or last.
-        column: The column of scores.
 
     Returns:
         The ``bins`` counts (int64), lowest scores first.
@@ -137,10 +136,10 @@ def score_histogram(silver: SilverRows, bins: int, column: str = "score") -> np.
             score_histogram(accepted_rows(selected), 100).sum()  # the pairs kept
     """
     if isinstance(silver, pa.Table):
-        return bin_counts(silver.column(column).to_numpy(), bins).astype(np.int64)
+        return bin_counts(silver.column("score").to_numpy(), bins).astype(np.int64)
 
     def count(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {"bin": np.arange(bins), "count": bin_counts(batch[column], bins)}
+        return {"bin": np.arange(bins), "count": bin_counts(batch["score"], bins)}
 
     counts = np.zeros(bins, dtype=np.int64)
     for batch in silver.map_batches(count, batch_format="numpy").iter_batches(batch_format="numpy"):
