@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from augsbert_ray.config import DEFAULT_MODEL, RESUME_SETTABLE, DataSpec, JobSpec, SpecError, check_output_dir
+from augsbert_ray.config import DEFAULT_MODEL, RESUME_SETTABLE, DataSpec, JobSpec, SpecError, check_output_dir, ray_address
 from augsbert_ray.models import PACKAGED_MODELS, ModelPartsError, resolve_model
 
 if TYPE_CHECKING:
@@ -112,6 +112,14 @@ def _at_least(low: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def _ray_address(text: str) -> str:
+    """An argparse type: an address Ray can join (config.ray_address)."""
+    try:
+        return ray_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _fraction(text: str) -> float:
@@ -265,7 +273,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from augsbert_ray.data import load_gold
     from augsbert_ray.evaluation import evaluate
     from augsbert_ray.data.usable import check_scorable
-    from augsbert_ray.evaluation.checks import check_class_labels, model_kind
+    from augsbert_ray.evaluation.checks import check_class_labels, model_kind, saved_kind
     from augsbert_ray.labeling import Teacher
     from augsbert_ray.models import check_model, resolve_model
 
@@ -286,8 +294,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         model = resolve_model(args.model)
         check_model(model)
         kind = model_kind(model)
-        saved_kind = (Path(model) / "config_sentence_transformers.json").is_file()  # else a plain transformers model: either
-        if args.kind != "auto" and args.kind != kind and saved_kind:
+        if args.kind != "auto" and saved_kind(model) not in (None, args.kind):
             raise SpecError(f"--kind {args.kind}: {args.model} is a {kind.replace('_', '-')} (scored as the other, it would get a fresh, random part)")
         kind = kind if args.kind == "auto" else args.kind
     data = _evaluation_data(args)
@@ -375,7 +382,7 @@ def add_job_arguments(command: argparse.ArgumentParser, example_job: str, exampl
     command.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help=f"override a spec field, e.g. {example_override} (repeatable)"
     )
-    command.add_argument("--address", help="'auto' or a Ray address to join a cluster (an error if its GCS does not answer within "
+    command.add_argument("--address", type=_ray_address, help="'auto' or a Ray address to join a cluster (an error if its GCS does not answer within "
                          "$AUGSBERT_CONNECT_TIMEOUT seconds, default 60); default: an embedded local Ray")
     command.add_argument("--data-dir", help="directory holding the named datasets")
 
@@ -476,7 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="auto: ONNX Runtime on CPU actors (fp32, int8), torch on GPU (default: %(default)s)")
     label.add_argument("--max-seq-length", type=int, help="tokens per pair; longer pairs are truncated and counted")
     label.add_argument("--shard-rows", type=int, default=50_000, help="pairs per output shard, the unit of resume (default: %(default)s)")
-    label.add_argument("--address", help="'auto' or a Ray address (an error if its GCS does not answer within $AUGSBERT_CONNECT_TIMEOUT "
+    label.add_argument("--address", type=_ray_address, help="'auto' or a Ray address (an error if its GCS does not answer within $AUGSBERT_CONNECT_TIMEOUT "
                        "seconds, default 60); default: an embedded local Ray")
     label.set_defaults(handler=_label)
 
@@ -555,7 +562,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "on the cluster, and here too: the spec is checked here before it is submitted")
     submit.add_argument("--no-wait", action="store_true", help="print the submission id and return at once")
     submit.add_argument("--working-dir", help="directory shipped to the cluster (default: the current directory)")
-    submit.add_argument("--data-dir", help="named datasets' directory, passed as AUGSBERT_DATA_DIR: on the cluster, and here too at the same path (default: resolved here)")
+    submit.add_argument("--data-dir", help="named datasets' directory on the cluster's nodes, passed as AUGSBERT_DATA_DIR: an absolute path as given (it need "
+                        "not exist here); default: the one found here, made absolute (for a cluster on this host)")
     submit.add_argument("--pip", action="append", metavar="REQUIREMENT", help="pip requirement installed into the job's runtime env (repeatable)")
     submit.add_argument("--submission-id", help="submission id to use (default: one Ray generates)")
     submit.set_defaults(handler=_submit)

@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from augsbert_ray.layout import bi_encoder_name
 
@@ -61,7 +61,21 @@ def is_text_type(dtype: pa.DataType) -> bool:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+RESOURCE_UNIT = 1e-4  # the smallest amount of a resource Ray schedules
+
+
+def _schedulable(amount: float) -> float:
+    if 0 < amount < RESOURCE_UNIT:
+        raise ValueError(f"{amount:g} is below the smallest amount Ray schedules, {RESOURCE_UNIT:g}")
+    return amount
+
+
+# CPUs or GPUs that a Ray task, actor or worker asks for.
+Cpus = Annotated[float, Field(gt=0), AfterValidator(_schedulable)]
+Gpus = Annotated[float, Field(ge=0), AfterValidator(_schedulable)]
 
 
 class ColumnMap(_Strict):
@@ -242,7 +256,7 @@ class TeacherSpec(_Strict):
 
 
 class SamplingSpec(_Strict):
-    strategies: list[Strategy] = ["bm25", "random"]
+    strategies: list[Strategy] = Field(["bm25", "random"], min_length=1)
     top_k: int = Field(3, gt=0, description="Neighbours kept per sentence by BM25 and semantic search.")
     random_pairs: int | None = Field(
         None, gt=0, description="Random pairs to draw. Default: as many as BM25 makes (it is run to count them when it is not a strategy)."
@@ -264,7 +278,7 @@ class SamplingSpec(_Strict):
     bm25_shard_size: int = Field(
         500_000, gt=0, description="Sentences per BM25 shard; larger corpora are searched by Ray tasks per shard."
     )
-    search_cpus: float = Field(1, gt=0, description="CPUs per BM25/faiss search task.")
+    search_cpus: Cpus = Field(1, description="CPUs per BM25/faiss search task.")
 
     @field_validator("strategies", mode="before")
     @classmethod
@@ -283,8 +297,8 @@ class LabelingSpec(_Strict):
     batch_size: int = Field(64, gt=0)
     min_actors: int = Field(1, gt=0)
     max_actors: int = Field(1, gt=0)
-    cpus_per_actor: float = Field(1, gt=0)
-    gpus_per_actor: float = Field(0, ge=0)
+    cpus_per_actor: Cpus = 1
+    gpus_per_actor: Gpus = 0
     threads_per_actor: int | None = Field(None, gt=0, description="torch threads per actor (on a GPU, tokenizer threads); default cpus_per_actor.")
     precision: Literal["fp32", "bf16", "fp16", "int8"] = Field(
         "fp32", description="fp32; bf16/fp16: half-precision weights on torch (fp16 on GPU only); int8: ONNX Runtime dynamic quantization on CPU, smoothed (SmoothQuant) on the input's first 256 pairs."
@@ -326,7 +340,7 @@ class TrainingSpec(_Strict):
 
     num_workers: int = Field(1, gt=0)
     use_gpu: bool = False
-    cpus_per_worker: float = Field(2, gt=0)
+    cpus_per_worker: Cpus = 2
     max_failures: int | None = Field(
         None, ge=0, description="Worker failures a fit survives (Ray Train FailureConfig). Default: 1 on a cluster (ray.address set), else 0."
     )
@@ -353,8 +367,8 @@ RESUME_SETTABLE: dict[str, tuple[str, ...]] = {
 
 class EvaluationSpec(_Strict):
     zero_shot_model: str = DEFAULT_MODEL
-    cpus: float = Field(1, gt=0)
-    gpus: float = Field(0, ge=0)
+    cpus: Cpus = 1
+    gpus: Gpus = 0
     teacher_bi_encoder: bool = Field(
         False, description="Also fine-tune teacher.bi_encoder on the gold (in transfer: source) train split and score it "
         "when the teacher has no bi-encoder: what fine-tuning that larger model alone gives, the comparison a user "
@@ -377,10 +391,10 @@ class TuningSpec(_Strict):
         "sync", description="sync: cull all trials at cull_at, the best go on; asha: Ray Tune's ASHAScheduler."
     )
     eval_every: float = Field(0.1, gt=0, le=1, description="Dev metrics every this fraction of the steps (plus cull point and end).")
-    models: list[str] | None = Field(None, description="Bi-encoders to tune, e.g. [sbert]. Default: all the job trains.")
-    cpus_per_trial: float = Field(1, gt=0, description="CPUs reserved by each trial, one process (for a tuned model, in "
+    models: list[str] | None = Field(None, min_length=1, description="Bi-encoders to tune, e.g. [sbert]. Default: all the job trains.")
+    cpus_per_trial: Cpus = Field(1, description="CPUs reserved by each trial, one process (for a tuned model, in "
                                   "place of training.cpus_per_worker).")
-    gpus_per_trial: float = Field(0, ge=0, description="GPUs reserved by each trial, one process (for a tuned model, in "
+    gpus_per_trial: Gpus = Field(0, description="GPUs reserved by each trial, one process (for a tuned model, in "
                                   "place of training.use_gpu).")
     max_concurrent_trials: int | None = Field(None, gt=0, description="Default: as many as the cluster's CPUs and GPUs hold at once (cpus_per_trial, gpus_per_trial).")
 
@@ -464,9 +478,23 @@ class TargetSpec(_Strict):
         return self
 
 
+def ray_address(address: str) -> str:
+    """``address`` if Ray can join it; a dashboard URL (``http://HOST:8265``, what `augsbert submit` takes) is refused
+    here, as ray.init refuses it only after the run directory is made, blaming $RAY_ADDRESS."""
+    if address.lower().startswith(("http://", "https://")):
+        raise ValueError(f"{address} is a dashboard URL, which `augsbert submit` takes; to join a cluster give auto, "
+                         "HOST:6379 or ray://HOST:10001")
+    return address
+
+
 class RaySpec(_Strict):
-    address: str | None = Field(None, description="None starts an embedded local Ray; 'auto' or a URL joins a cluster.")
+    address: str | None = Field(None, description="None starts an embedded local Ray; 'auto', HOST:6379 or ray://HOST:10001 joins a cluster.")
     num_cpus: int | None = Field(None, gt=0, description="CPUs for an embedded local Ray (default: all).")
+
+    @field_validator("address")
+    @classmethod
+    def _not_a_dashboard(cls, address: str | None) -> str | None:
+        return None if address is None else ray_address(address)
 
 
 class JobSpec(_Strict):
@@ -562,6 +590,9 @@ class JobSpec(_Strict):
         unknown = [name for name in tuned_models(tuning, sampling) if name not in known]
         if unknown:
             raise ValueError(f"models {unknown} are not among the bi-encoders this job trains ({', '.join(known)})")
+        if tuning.top_k and all(tuning_top_ks(tuning, sampling, model) == [None] for model in tuned_models(tuning, sampling)):
+            raise ValueError(f"top_k {tuning.top_k} is searched for models sampled by {', '.join(sorted(TOP_K_STRATEGIES))}, "
+                             f"and none of the tuned ones is ({', '.join(tuned_models(tuning, sampling))})")
         seeds = len(tuning.seed_list(info.data["seed"]))
         for model in tuned_models(tuning, sampling):
             trials = seeds * len(tuning_top_ks(tuning, sampling, model))

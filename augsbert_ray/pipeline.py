@@ -15,12 +15,13 @@ import numpy as np
 
 from augsbert_ray.config import JobSpec, SpecError, check_output_dir, dump_spec, load_spec
 from augsbert_ray.evaluation import Evaluation
+from augsbert_ray.evaluation.checks import saved_kind
 from augsbert_ray.labeling import check_resources, labels_in_process
 from augsbert_ray.layout import METRICS_FILE, REPORT_FILE, SPEC_FILE, bi_encoder_name
 from augsbert_ray.models import check_model, resolve_model
 from augsbert_ray.report import plot_score_densities, write_report
 from augsbert_ray.resume import FINGERPRINT_FILE, changed_entries, describe, fit_still_matches, run_fingerprint, run_models, write_fingerprint
-from augsbert_ray.runtime import RUN_LOG, chatter_to, check_cpu_bf16, init_ray, log
+from augsbert_ray.runtime import RUN_LOG, Request, chatter_to, check_cpu_bf16, check_requests, init_ray, log
 from augsbert_ray.stages import (
     CandidateSource, Fit, FitLedger, Gold, RunContext, Silver, StageClock, check_teacher, evaluate_models, given_target_pairs,
     make_silver, read_gold, read_target, silver_by_top_k, silver_dirs_by_k, student_fitter, teacher_stage, train_bi_encoder,
@@ -85,7 +86,26 @@ def start_run(
     log.info("run directory: %s", ctx.layout.root)
     init_ray(spec.ray.address, spec.ray.num_cpus)
     check_resources(spec.labeling, labels_in_process(spec.labeling, spec.ray.address))  # before the fits, not after
+    check_requests(job_requests(spec))
     return ctx
+
+
+def job_requests(spec: JobSpec) -> list[Request]:
+    """What each fit (all its workers at once), evaluation task, search task and tuning trial of the run asks of Ray."""
+    training, evaluation = spec.training, spec.evaluation
+    workers = training.num_workers
+    requests: list[Request] = [
+        (f"training.num_workers {workers} x cpus_per_worker {training.cpus_per_worker:g} ({workers * training.cpus_per_worker:g} "
+         "CPUs at once)", workers * training.cpus_per_worker, "CPU"),
+        (f"training.use_gpu with num_workers {workers} (a GPU each)", workers * training.use_gpu, "GPU"),
+        (f"evaluation.cpus {evaluation.cpus:g}", evaluation.cpus, "CPU"),
+        (f"evaluation.gpus {evaluation.gpus:g}", evaluation.gpus, "GPU"),
+        (f"sampling.search_cpus {spec.sampling.search_cpus:g}", spec.sampling.search_cpus, "CPU"),
+    ]
+    if spec.tuning is not None:
+        requests += [(f"tuning.cpus_per_trial {spec.tuning.cpus_per_trial:g}", spec.tuning.cpus_per_trial, "CPU"),
+                     (f"tuning.gpus_per_trial {spec.tuning.gpus_per_trial:g}", spec.tuning.gpus_per_trial, "GPU")]
+    return requests
 
 
 def check_run_models(spec: JobSpec) -> None:
@@ -96,6 +116,11 @@ def check_run_models(spec: JobSpec) -> None:
             check_model(resolve_model(name))
         except (SpecError, FileNotFoundError) as exc:
             raise SpecError(f"{setting}: {exc}") from None
+    for setting, trained, kind in (("cross_encoder.trained", spec.cross_encoder.trained, "cross_encoder"),
+                                   ("teacher.bi_encoder.trained", spec.teacher.bi_encoder.trained, "bi_encoder")):
+        found = saved_kind(trained) if trained else None
+        if found is not None and found != kind:  # loaded as the other kind, it would get a fresh, random part
+            raise SpecError(f"{setting} {trained}: a {found.replace('_', '-')}, not a {kind.replace('_', '-')}")
 
 
 def load_run_spec(run_dir: Path, overrides: list[str] | None = None) -> JobSpec:

@@ -153,6 +153,35 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, dashboard:
     log.info("ray: %s", ray.cluster_resources())
 
 
+# What a setting asks of one Ray task, actor or group of workers: the settings in words, the amount, "CPU" or "GPU".
+Request = tuple[str, float, str]
+
+
+def most_resources() -> dict[str, float]:
+    """The most of each resource the Ray cluster can give: what its nodes have now, or, with an autoscaler, what its
+    node groups have at their largest (a group scaled to zero nodes counts)."""
+    from ray._private.state import state  # private: Ray Train and Ray Data ask the autoscaler's config the same way
+
+    now = ray.cluster_resources()
+    most = state.get_max_resources_from_cluster_config() or {}
+    return {kind: max(now.get(kind, 0), most.get(kind, 0)) for kind in {*now, *most}}
+
+
+def check_requests(requests: list[Request], resources: dict[str, float] | None = None, where: str = "the Ray cluster") -> None:
+    """Refuse, naming the settings, a request larger than ``resources`` (default: ``most_resources``): Ray would
+    wait for it forever, after the stages before it.
+
+    Example:
+        ::
+
+            check_requests([("evaluation.gpus 1", 1, "GPU")])  # SpecError on a cluster without GPUs
+    """
+    resources = most_resources() if resources is None else resources
+    for asked, amount, kind in requests:
+        if amount > resources.get(kind, 0):
+            raise SpecError(f"{asked}, but {where} has {resources.get(kind, 0):g} {kind}s")
+
+
 def connect_timeout() -> float:
     """$AUGSBERT_CONNECT_TIMEOUT in seconds, default 60."""
     text = os.environ.get(CONNECT_TIMEOUT_ENV, str(DEFAULT_CONNECT_TIMEOUT_S))

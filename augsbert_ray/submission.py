@@ -30,7 +30,7 @@ DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 # Never shipped to the cluster: environments, outputs, VCS data, caches.
 EXCLUDES = [".venv", "venv", "runs", ".git", "__pycache__", ".pytest_cache", "*.egg-info", "build", "tmp"]
 # Passed to the driver and, through init_ray, to every Ray worker of the job.
-PASSED_ENV = ("HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM", "TRANSFORMERS_OFFLINE")
+PASSED_ENV = ("AUGSBERT_MODEL_CACHE", "HF_HUB_OFFLINE", "TOKENIZERS_PARALLELISM", "TRANSFORMERS_OFFLINE")
 
 
 def dashboard_address(address: str | None) -> str:
@@ -190,11 +190,12 @@ def client(address: str | None, insecure: bool = False):
 
 
 def runtime_env(working_dir: Path, data_dir: str | None = None, pip: list[str] | None = None) -> dict[str, Any]:
-    """working_dir (the project, minus EXCLUDES), env_vars (data dir as an absolute path, offline flags), pip."""
+    """working_dir (the project, minus EXCLUDES), env_vars (the data dir, the model cache, offline flags), pip. An
+    absolute ``data_dir`` is a path on the cluster's nodes, passed as given; else the data dir found here is passed."""
     env_vars = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
     env_vars.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
-        env_vars[DATA_DIR_ENV] = str(resolve_data_dir(data_dir))
+        env_vars[DATA_DIR_ENV] = data_dir if data_dir and Path(data_dir).is_absolute() else str(resolve_data_dir(data_dir))
     except DataNotFoundError:
         if data_dir is not None or os.environ.get(DATA_DIR_ENV):
             raise

@@ -395,14 +395,15 @@ def transfer_sections(target: dict) -> dict:
     ("evaluation.zero_shot_model=minlm", "evaluation.zero_shot_model: model minlm: no such directory, and not a loadable model id"),
     ("sampling.semantic_model=./no-such-model", "sampling.semantic_model: model path not found: ./no-such-model"),
     ("labeling.gpus_per_actor=0.25", "labeling.gpus_per_actor 0.25, but the Ray cluster has 0 GPUs"),
-], ids=["zero-shot-model", "semantic-model", "labeling-gpus"])
+    ("training.num_workers=2", "training.num_workers 2 x cpus_per_worker 2 (4 CPUs at once), but the Ray cluster has 2 CPUs"),  # was: a hang
+], ids=["zero-shot-model", "semantic-model", "labeling-gpus", "training-cpus"])
 def test_run_refuses_what_it_would_first_need_late_before_reading_data(ray_session, tmp_path: Path, capsys, setting: str,
                                                                         message: str) -> None:
     """Before: these failed after the cross-encoder and SBERT fits (labeling, sampling) or at the last stage. A model
-    is checked before the run writes its spec.yaml, so that run leaves no directory; the GPUs once Ray is up."""
+    is checked before the run writes its spec.yaml, so that run leaves no directory; the resources once Ray is up."""
     assert main(["run", str(job_file(tmp_path, own_data(tmp_path, scores(20)))), "--set", setting]) == 2
     assert error_line(capsys.readouterr().err).startswith(f"augsbert run: error: {message}")
-    assert [run_dir.name for run_dir in (tmp_path / "runs").glob("*/spec.yaml")] == (["spec.yaml"] if "gpus" in setting else [])
+    assert [run_dir.name for run_dir in (tmp_path / "runs").glob("*/spec.yaml")] == (["spec.yaml"] if "model" not in setting else [])
     assert not list((tmp_path / "runs").glob("*/gold"))
 
 

@@ -81,3 +81,32 @@ def test_evaluate_command(tiny_model: Path, tmp_path: Path, capsys) -> None:
         return 200 * hits / (sum(predicted) + sum(truth))
 
     assert result["test"] == pytest.approx(max(f1_at(threshold) for threshold in cosine), abs=1e-6)
+
+
+def test_submit_passes_an_absolute_data_dir_as_a_path_on_the_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: --data-dir /shared/data was refused unless that path existed on the submitting laptop too."""
+    from augsbert_ray.data import DataNotFoundError
+    from augsbert_ray.submission import runtime_env
+
+    monkeypatch.setenv("AUGSBERT_MODEL_CACHE", "/shared/models")
+    env_vars = runtime_env(tmp_path, "/shared/data")["env_vars"]
+    assert (env_vars["AUGSBERT_DATA_DIR"], env_vars["AUGSBERT_MODEL_CACHE"]) == ("/shared/data", "/shared/models")
+    with pytest.raises(DataNotFoundError, match="no/such/data"):  # a relative path means a directory here
+        runtime_env(tmp_path, "no/such/data")
+
+
+def test_an_autoscaling_clusters_largest_size_counts(ray_session, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU node group scaled to zero still offers its GPUs: the labeling pool waits for the autoscaler. The
+    autoscaler's config is stood in for by the answer Ray's state API gives with one (this Ray has none)."""
+    from ray._private.state import state
+
+    from augsbert_ray.config import SpecError
+    from augsbert_ray.runtime import check_requests, most_resources
+
+    request = [("labeling.gpus_per_actor 1", 1.0, "GPU")]
+    assert "GPU" not in most_resources()
+    with pytest.raises(SpecError, match="labeling.gpus_per_actor 1, but the Ray cluster has 0 GPUs"):
+        check_requests(request)
+    monkeypatch.setattr(state, "get_max_resources_from_cluster_config", lambda: {"CPU": 8, "GPU": 4})
+    assert most_resources()["GPU"] == 4 and most_resources()["CPU"] == 8
+    check_requests(request)

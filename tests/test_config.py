@@ -132,3 +132,52 @@ def test_a_gpu_fit_under_tuning_needs_gpus_per_trial() -> None:
     with pytest.raises(ValidationError, match=r"training.use_gpu: .* set tuning.gpus_per_trial too"):
         JobSpec.model_validate({"training": {"use_gpu": True}, "tuning": {"seeds": 2}})
     JobSpec.model_validate({"training": {"use_gpu": True}, "tuning": {"seeds": 2, "gpus_per_trial": 0.5}})
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["sampling.strategies=[]"], "sampling.strategies: List should have at least 1 item"),  # was: a run that trained a teacher for nothing
+    (["tuning.seeds=2", "tuning.models=[]"], "tuning.models: List should have at least 1 item"),  # was: an empty report
+    (["tuning.seeds=2", "tuning.top_k=[3, 5]", "tuning.models=[sbert]"],
+     "tuning: Value error, top_k [3, 5] is searched for models sampled by bm25, bm25+semantic, semantic, and none of the tuned ones is (sbert)"),
+    (["cross_encoder.learning_rate=.inf"], "cross_encoder.learning_rate: Input should be a finite number"),
+    (["labeling.cpus_per_actor=.inf"], "labeling.cpus_per_actor: Input should be a finite number"),  # was: OverflowError in Ray
+    (["evaluation.cpus=0.00001"], "evaluation.cpus: Value error, 1e-05 is below the smallest amount Ray schedules, 0.0001"),
+    (["tuning.seeds=2", "tuning.gpus_per_trial=0.00005"], "tuning.gpus_per_trial: Value error, 5e-05 is below the smallest amount"),
+    (["ray.address=http://127.0.0.1:8265"], "ray.address: Value error, http://127.0.0.1:8265 is a dashboard URL, which `augsbert submit` "
+     "takes; to join a cluster give auto, HOST:6379 or ray://HOST:10001"),  # was: Ray's error after the run directory was made
+], ids=["no-strategies", "no-tuned-models", "top-k-unused", "inf-lr", "inf-cpus", "tiny-cpus", "tiny-gpus", "dashboard-address"])
+def test_settings_a_run_cannot_use_are_refused_when_the_spec_is_read(overrides: list[str], message: str) -> None:
+    with pytest.raises(SpecError, match=re.escape(message)):
+        load_spec(None, overrides)
+    assert load_spec(None, ["evaluation.gpus=0", "ray.address=ray://10.0.0.5:10001"]).evaluation.gpus == 0  # 0 and a client address are fine
+
+
+def test_job_requests_name_the_settings_that_do_not_fit() -> None:
+    """Ray waits forever for a request no node can meet (a fit's workers, an evaluation task): refused up front."""
+    from augsbert_ray.pipeline import job_requests
+    from augsbert_ray.runtime import check_requests
+
+    two_cpus = {"CPU": 2.0}
+    check_requests(job_requests(load_spec("jobs/stsb_seed_opt.yaml")), two_cpus)
+    for overrides, message in [
+        (["training.num_workers=2"], "training.num_workers 2 x cpus_per_worker 2 (4 CPUs at once), but the Ray cluster has 2 CPUs"),
+        (["training.use_gpu=true", "tuning.gpus_per_trial=0.5"], "training.use_gpu with num_workers 1 (a GPU each), but the Ray cluster has 0 GPUs"),
+        (["evaluation.gpus=0.25"], "evaluation.gpus 0.25, but the Ray cluster has 0 GPUs"),
+        (["sampling.search_cpus=3"], "sampling.search_cpus 3, but the Ray cluster has 2 CPUs"),
+        (["tuning.cpus_per_trial=2.5"], "tuning.cpus_per_trial 2.5, but the Ray cluster has 2 CPUs"),
+    ]:
+        with pytest.raises(SpecError, match=re.escape(message)):
+            check_requests(job_requests(load_spec("jobs/stsb_seed_opt.yaml", overrides)), two_cpus)
+
+
+def test_a_trained_model_of_the_other_kind_is_refused(tiny_cross_encoder: Path) -> None:
+    """Loaded as the other kind, a model gets a fresh, random part: random silver labels, or a random teacher."""
+    from augsbert_ray.models import resolve_model
+    from augsbert_ray.pipeline import check_run_models
+
+    minilm = resolve_model("minilm")
+    with pytest.raises(SpecError, match=re.escape(f"cross_encoder.trained {minilm}: a bi-encoder, not a cross-encoder")):
+        check_run_models(load_spec(None, [f"cross_encoder.trained={minilm}"]))
+    with pytest.raises(SpecError, match=re.escape(f"teacher.bi_encoder.trained {tiny_cross_encoder}: a cross-encoder, not a bi-encoder")):
+        check_run_models(load_spec(None, ["teacher.kind=bi-encoder", f"teacher.bi_encoder.trained={tiny_cross_encoder}"]))
+    check_run_models(load_spec(None, [f"cross_encoder.trained={tiny_cross_encoder}"]))

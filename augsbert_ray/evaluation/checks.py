@@ -27,6 +27,12 @@ def model_kind(model: str) -> str:
     return "cross_encoder" if json_object(config, model).get("model_type") == "CrossEncoder" else "bi_encoder"
 
 
+def saved_kind(model: str) -> str | None:
+    """``model_kind`` where the directory is a sentence-transformers model; None for a plain transformers model,
+    which loads as either (a bi-encoder with mean pooling, a cross-encoder with its head)."""
+    return model_kind(model) if (Path(model) / "config_sentence_transformers.json").is_file() else None
+
+
 def check_class_labels(rejects: list[Reject], rows_read: int) -> None:
     """Classification takes 0/1 labels: any other label value (a 0-1 score, NaN) is an error, not a reject,
     since a score file read as classes keeps only its exact 0s and 1s.

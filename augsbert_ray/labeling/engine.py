@@ -27,7 +27,7 @@ from augsbert_ray.labeling.plan import Shard, expand_inputs, plan_shards
 from augsbert_ray.labeling.scorer import COUNT_KEYS, STATS_KEY, ShardLabeler, calibration_pairs
 from augsbert_ray.labeling.teacher import Teacher
 from augsbert_ray.models import check_model
-from augsbert_ray.runtime import format_seconds, init_ray, log
+from augsbert_ray.runtime import check_requests, format_seconds, init_ray, log
 
 MANIFEST = "_manifest.json"
 
@@ -139,10 +139,12 @@ def check_resources(spec: LabelingSpec, here: bool) -> None:
 
             check_resources(spec.labeling, labels_in_process(spec.labeling, spec.ray.address))  # or SpecError
     """
-    resources, where = ({"CPU": os.cpu_count() or 1}, "this machine") if here else (ray.cluster_resources(), "the Ray cluster")
-    for field, wanted, kind in (("gpus_per_actor", spec.gpus_per_actor, "GPU"), ("cpus_per_actor", spec.cpus_per_actor, "CPU")):
-        if wanted > resources.get(kind, 0):
-            raise SpecError(f"labeling.{field} {wanted:g}, but {where} has {resources.get(kind, 0):g} {kind}s")
+    requests = [(f"labeling.gpus_per_actor {spec.gpus_per_actor:g}", spec.gpus_per_actor, "GPU"),
+                (f"labeling.cpus_per_actor {spec.cpus_per_actor:g}", spec.cpus_per_actor, "CPU")]
+    if here:
+        check_requests(requests, {"CPU": os.cpu_count() or 1}, "this machine")
+    else:
+        check_requests(requests)
 
 
 def prepare_output(output: Path, key: dict[str, Any], shards: list[Shard]) -> dict[str, dict[str, Any]]:
