@@ -145,6 +145,7 @@ def _label_files(args: argparse.Namespace) -> int:
     from augsbert_ray.labeling import LabelJob, Teacher, label_dataset, label_files, labels_in_process
     from augsbert_ray.models import resolve_model
     from augsbert_ray.runtime import check_cpu_bf16, init_ray
+    from augsbert_ray.sampling import SentencePool
 
     min_actors, max_actors = args.actors
     try:
@@ -166,6 +167,7 @@ def _label_files(args: argparse.Namespace) -> int:
     output = Path(args.output)
     if args.sentences:
         sentences = read_sentences(Path(args.sentences))
+        _random_pairs(SentencePool(sentences), args)
         job = LabelJob(teacher, spec, strategy=args.strategy)
         check_output_dir(output, "--output")  # before Ray starts and the pairs are made
         init_ray(args.address, dashboard=False)
@@ -224,8 +226,22 @@ def _pair_sentences(sentences: list[str], args: argparse.Namespace):
 
     pool = SentencePool(sentences)
     sampling = SamplingSpec(strategies=[args.strategy], top_k=args.top_k)
-    n_random = args.pairs or args.top_k * len(pool)
-    return candidate_table(args.strategy, pool, np.zeros(0, dtype=np.int64), sampling, args.seed, n_random=n_random)
+    return candidate_table(args.strategy, pool, np.zeros(0, dtype=np.int64), sampling, args.seed, n_random=_random_pairs(pool, args))
+
+
+def _random_pairs(pool, args: argparse.Namespace) -> int:
+    """--pairs, else --top-k per sentence, as far as the pool has pairs; checked before Ray starts."""
+    from augsbert_ray.sampling.neighbours import check_top_k
+
+    available = len(pool) * (len(pool) - 1) // 2
+    if args.strategy == "bm25":
+        try:
+            check_top_k(pool, args.top_k, "--top-k")
+        except ValueError as exc:
+            raise SpecError(f"--sentences {args.sentences}: {exc}") from None
+    elif args.pairs is not None and args.pairs > available:
+        raise SpecError(f"--pairs {args.pairs}: the {len(pool)} distinct sentences of {args.sentences} make only {available} pairs")
+    return args.pairs or min(args.top_k * len(pool), available)
 
 
 def _evaluation_data(args: argparse.Namespace) -> DataSpec:
@@ -467,8 +483,9 @@ def build_parser() -> argparse.ArgumentParser:
     label.add_argument("--input", help="pairs: a file, a glob (quoted) or a directory, e.g. 'pairs/*.parquet'")
     label.add_argument("--sentences", help="instead of --input: a sentence list (.txt, one per line, or a file with a `sentence` column) to pair with --strategy")
     label.add_argument("--strategy", choices=["random", "bm25"], default="random", help="how --sentences are paired (default: %(default)s)")
-    label.add_argument("--pairs", type=int, help="random pairs to draw from --sentences (default: --top-k x sentences)")
-    label.add_argument("--top-k", type=int, default=3, help="BM25 neighbours per sentence, or random pairs per sentence (default: %(default)s)")
+    label.add_argument("--pairs", type=_at_least(1), help="random pairs to draw from --sentences (default: --top-k x sentences, "
+                       "at most every pair)")
+    label.add_argument("--top-k", type=_at_least(1), default=3, help="BM25 neighbours per sentence, or random pairs per sentence (default: %(default)s)")
     label.add_argument("--seed", type=_at_least(0), default=42, help="seed for random pairing (default: %(default)s)")
     label.add_argument("--output", required=True, help="output directory for Parquet shards")
     label.add_argument("--format", choices=["parquet", "csv", "jsonl"], help="input format (default: from the suffix)")

@@ -23,9 +23,9 @@ from augsbert_ray.report import plot_score_densities, write_report
 from augsbert_ray.resume import FINGERPRINT_FILE, changed_entries, describe, fit_still_matches, run_fingerprint, run_models, write_fingerprint
 from augsbert_ray.runtime import RUN_LOG, Request, chatter_to, check_cpu_bf16, check_requests, init_ray, log
 from augsbert_ray.stages import (
-    CandidateSource, Fit, FitLedger, Gold, RunContext, Silver, StageClock, check_teacher, evaluate_models, given_target_pairs,
-    make_silver, read_gold, read_target, silver_by_top_k, silver_dirs_by_k, student_fitter, teacher_stage, train_bi_encoder,
-    train_labels, train_teacher, transfer_reference_labels, tuning_silver_counts,
+    CandidateSource, Fit, FitLedger, Gold, RunContext, Silver, StageClock, check_candidates, check_teacher, evaluate_models,
+    given_target_pairs, make_silver, read_gold, read_target, silver_by_top_k, silver_dirs_by_k, student_fitter, teacher_stage,
+    train_bi_encoder, train_labels, train_teacher, transfer_reference_labels, tuning_silver_counts,
 )
 from augsbert_ray.tuning.report import write_tuning_report
 
@@ -226,6 +226,8 @@ def run_in_domain(
 
     with clock.stage("read gold data"):
         gold = read_gold(ctx, data_dir)
+        candidate_source = CandidateSource.in_domain(gold.splits)
+        check_candidates(spec, candidate_source)
 
     with clock.stage(teacher_stage(spec)):
         teacher, fits = train_teacher(ctx, gold)
@@ -238,7 +240,7 @@ def run_in_domain(
         checked = check_teacher(ctx, teacher, gold.splits, sbert.model_dir, gold.splits.dev)
 
     with clock.stage("sample and label candidates"):
-        silver = make_silver(spec, layout, CandidateSource.in_domain(gold.splits), checked.teacher, sbert.model_dir)
+        silver = make_silver(spec, layout, candidate_source, checked.teacher, sbert.model_dir)
         by_k = silver_by_top_k(ctx, gold.splits, checked.teacher, sbert.model_dir, silver)
 
     with clock.stage("train AugSBERT bi-encoders"):
@@ -274,6 +276,9 @@ def run_domain_transfer(
     with clock.stage("read source and target data"):
         source: Gold = read_gold(ctx, data_dir)
         target: Gold = read_target(ctx, data_dir)
+        candidate_source = CandidateSource.target(spec, target.splits, source.splits) if spec.target.candidates == "sentences" else None
+        if candidate_source is not None:
+            check_candidates(spec, candidate_source)
 
     with clock.stage(teacher_stage(spec) + " on the source"):
         teacher, fits = train_teacher(ctx, source)
@@ -289,10 +294,9 @@ def run_domain_transfer(
         checked = check_teacher(ctx, teacher, source.splits, sbert_source.model_dir, target.splits.dev)
 
     with clock.stage("sample and label target candidates"):
-        if spec.target.candidates == "pairs":
+        if candidate_source is None:
             silver = given_target_pairs(spec, layout, target.splits, checked.teacher)
         else:
-            candidate_source = CandidateSource.target(spec, target.splits, source.splits)
             silver = make_silver(spec, layout, candidate_source, checked.teacher, sbert_source.model_dir)
 
     with clock.stage("train AugSBERT on target silver"):

@@ -32,6 +32,7 @@ from augsbert_ray.layout import PROGRESS_FILE, RunLayout, TrainFile, bi_encoder_
 from augsbert_ray.models import resolve_model
 from augsbert_ray.runtime import log
 from augsbert_ray.sampling import Neighbours, SentencePool, available_pairs, candidate_table, given_pairs, sample_bm25
+from augsbert_ray.sampling.neighbours import check_top_k
 from augsbert_ray.selection import (
     accepted_rows, read_silver, score_histogram, select, silver_diagnostics, thin_silver_warning, write_silver,
 )
@@ -374,6 +375,32 @@ class CandidateSource:
         return cls(pool, pool.gold_codes([target.dev, target.test]), transfer_reference_labels(target, source))
 
 
+def check_candidates(spec: JobSpec, source: CandidateSource) -> None:
+    """What sampling asks of the pool, checked before any fit (it used to fail after the teacher and SBERT fits):
+    every top_k (tuning's too) below the pool's size, random_pairs and kde_pool within its pairs that are not gold.
+
+    Example:
+        ::
+
+            check_candidates(spec, CandidateSource.in_domain(gold))  # or ValueError / SpecError naming the setting
+    """
+    sampling, strategies = spec.sampling, set(spec.sampling.strategies)
+    drawn = bool(strategies & {"random", "kde"})
+    if strategies & TOP_K_STRATEGIES or (drawn and sampling.random_pairs is None):  # BM25 sizes the random pools
+        check_top_k(source.pool, sampling.top_k)
+    for k in (spec.tuning.top_k or []) if spec.tuning else []:
+        check_top_k(source.pool, k, "tuning.top_k")
+    if not drawn:
+        return
+    available = available_pairs(source.pool, source.excluded)
+    if available == 0:
+        raise SpecError(f"sampling.strategies {'/'.join(sorted(strategies & {'random', 'kde'}))}: the {len(source.pool)} sentences "
+                        "make no pair that is not a gold pair")
+    for setting, asked in (("random_pairs", sampling.random_pairs), ("kde_pool", sampling.kde_pool if "kde" in strategies else None)):
+        if asked is not None and asked > available:
+            raise SpecError(f"sampling.{setting} {asked}: the {len(source.pool)} sentences make only {available} pairs that are not gold")
+
+
 def transfer_reference_labels(target: GoldData, source: GoldData) -> np.ndarray:
     """The gold labels silver scores are compared with in transfer: the target's, else the source's."""
     return train_labels(target) if target.train.num_rows else train_labels(source)
@@ -432,6 +459,9 @@ def random_pool_sizes(sampling: SamplingSpec, pool: SentencePool, excluded: np.n
         if bm25_count is None:
             bm25_count = len(sample_bm25(pool, sampling.top_k, excluded, sampling.bm25_shard_size, sampling.search_cpus)[0])
         n_random = min(bm25_count, available)
+        if n_random == 0:
+            raise SpecError("sampling.random_pairs: by default as many pairs as BM25 finds, and BM25 finds none here (no two "
+                            "sentences share a word it indexes); set sampling.random_pairs")
     return {"random": n_random, "kde": sampling.kde_pool or min(10 * n_random, available)}
 
 

@@ -12,8 +12,8 @@ from augsbert_ray.layout import bi_encoder_name
 from augsbert_ray.pipeline import start_run
 from augsbert_ray.runtime import log
 from augsbert_ray.stages import (
-    CandidateSource, Fit, Silver, StageClock, calibrate_teacher, make_silver, read_gold, silver_by_top_k, silver_dirs_by_k,
-    student_fitter, teacher_stage, train_bi_encoder, train_teacher, tuning_silver_counts, with_sampling,
+    CandidateSource, Fit, Silver, StageClock, calibrate_teacher, check_candidates, make_silver, read_gold, silver_by_top_k,
+    silver_dirs_by_k, student_fitter, teacher_stage, train_bi_encoder, train_teacher, tuning_silver_counts, with_sampling,
 )
 from augsbert_ray.tuning.report import write_tuning_report
 from augsbert_ray.tuning.stage import strategy_of
@@ -55,6 +55,9 @@ def run_tuning_job(
 
     with clock.stage("read gold data"):
         gold = read_gold(ctx, data_dir)
+        candidate_source = CandidateSource.in_domain(gold.splits)
+        if strategies:
+            check_candidates(with_sampling(spec, strategies=strategies), candidate_source)
     fits: list[Fit] = []
     if strategies:
         with clock.stage(teacher_stage(spec)):
@@ -69,8 +72,7 @@ def run_tuning_job(
         with clock.stage("sample and label candidates"):
             plain = [s for s in strategies if spec.tuning_top_ks(bi_encoder_name(s)) == [None]]
             if plain:
-                made = make_silver(with_sampling(spec, strategies=plain), ctx.layout, CandidateSource.in_domain(gold.splits),
-                                   teacher, sbert_dir)
+                made = make_silver(with_sampling(spec, strategies=plain), ctx.layout, candidate_source, teacher, sbert_dir)
             by_k = silver_by_top_k(ctx, gold.splits, teacher, sbert_dir, made)
         with clock.stage("tune AugSBERT bi-encoders"):
             trial_silver = silver_dirs_by_k(by_k)

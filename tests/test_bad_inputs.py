@@ -905,6 +905,34 @@ def test_label_words_field_errors_with_its_flags(tmp_path: Path, capsys, flags: 
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--pairs", "4"], "--pairs 4: the 3 distinct sentences of {file} make only 3 pairs"),
+    (["--strategy", "bm25"], "--sentences {file}: --top-k=3 asks for more neighbours than the 2 other sentences"),
+    (["--top-k", "0"], "argument --top-k: must be >= 1, got 0"),  # was: pydantic's multi-line dump
+])
+def test_label_refuses_more_pairs_than_its_sentences_make_before_ray(tiny_cross_encoder: Path, tmp_path: Path, capsys, flags: list[str],
+                                                                      message: str) -> None:
+    """Before: after Ray started, `asked for 9 random pairs but the pool of 3 sentences has only 3` (the default
+    --pairs, --top-k x sentences, above every pair), or a sampling.top_k the user never set."""
+    sentences = tmp_path / "three.txt"
+    sentences.write_text("a cat sits\na dog runs\na bird sings\n")
+    args = ["label", "--model", str(tiny_cross_encoder), "--sentences", str(sentences), "--output", str(tmp_path / "out")]
+    try:
+        code = main([*args, *flags])
+    except SystemExit as exc:  # argparse's refusal of a flag
+        code = exc.code
+    assert code == 2
+    assert error_line(capsys.readouterr().err) == f"augsbert label: error: {message.format(file=sentences)}"
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_refuses_sampling_the_pool_cannot_give_before_any_fit(ray_session, tmp_path: Path, capsys) -> None:
+    """Before: it failed after the teacher and SBERT fits."""
+    line, _ = run_error(tmp_path, capsys, job_file(tmp_path, own_data(tmp_path, scores(20))), "sampling.strategies=[kde]",
+                        "sampling.kde_pool=100000")
+    assert re.fullmatch(r"augsbert run: error: sampling.kde_pool 100000: the \d+ sentences make only \d+ pairs that are not gold", line), line
+
+
 @pytest.mark.parametrize("kind", ["header-only-csv", "empty-parquet", "all-rejected"])
 def test_label_warns_when_nothing_is_labeled(ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys, kind: str) -> None:
     """Before: exit 0 and no word of it."""

@@ -1,4 +1,5 @@
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -93,6 +94,44 @@ def test_random_pools_are_sized_by_bm25_whether_or_not_it_runs(gold) -> None:
     assert random_pool_sizes(asked, pool, excluded, None) == {"random": 700, "kde": 900}
 
 
+def test_what_sampling_asks_of_the_pool_is_checked_before_any_fit() -> None:
+    """Before: each failed in make_silver, after the teacher and SBERT fits; an unusable BM25-sized default said
+    'the number of random pairs must be positive, got 0', naming nothing the user set."""
+    from augsbert_ray.config import SpecError, load_spec
+    from augsbert_ray.stages import CandidateSource, check_candidates, random_pool_sizes
+
+    seven = CandidateSource(SentencePool([f"apple s{i}" for i in range(7)]), np.zeros(0, np.int64), np.zeros(0))
+    check_candidates(load_spec(None, ["sampling.strategies=[bm25, kde]", "sampling.top_k=6", "sampling.kde_pool=21"]), seven)
+    for overrides, error, message in [
+        (["sampling.top_k=7"], ValueError, "sampling.top_k=7 asks for more neighbours than the 6 other sentences"),
+        (["tuning.seeds=2", "tuning.top_k=[3, 9]"], ValueError, "tuning.top_k=9 asks for more neighbours than the 6 other sentences"),
+        (["sampling.strategies=[kde]", "sampling.kde_pool=100"], SpecError, "sampling.kde_pool 100: the 7 sentences make only 21 pairs that are not gold"),
+        (["sampling.strategies=[random]", "sampling.random_pairs=22"], SpecError, "sampling.random_pairs 22: the 7 sentences make only 21"),
+    ]:
+        with pytest.raises(error, match=re.escape(message)):
+            check_candidates(load_spec(None, overrides), seven)
+    pool = SentencePool(["a b", "c d"])
+    all_gold = CandidateSource(pool, pool.encode(np.array([0]), np.array([1])), np.zeros(1))
+    with pytest.raises(SpecError, match="sampling.strategies random: the 2 sentences make no pair that is not a gold pair"):
+        check_candidates(load_spec(None, ["sampling.strategies=[random]", "sampling.random_pairs=1"]), all_gold)
+    no_shared_word = SentencePool(["猫が寝る", "犬が吠える", "鳥が歌う", "魚が泳ぐ"])  # no spaces: a token per sentence
+    with pytest.raises(SpecError, match="BM25 finds none here .*; set sampling.random_pairs"):
+        random_pool_sizes(SamplingSpec(strategies=["random"], top_k=1), no_shared_word, np.zeros(0, np.int64), None)
+
+
+def test_asking_for_most_pairs_draws_a_permutation_of_them() -> None:
+    """Before: rejection draws of the last few pairs took a minute for 1,124,250 pairs; now a second."""
+    from augsbert_ray.sampling.random_pairs import available_pairs, sample_random
+
+    pool = SentencePool([f"s{i}" for i in range(300)])
+    excluded = pool.encode(np.arange(10), np.arange(10) + 1)
+    every = available_pairs(pool, excluded)
+    codes = sample_random(pool, every, excluded, seed=4)
+    assert len(np.unique(codes)) == every and not np.isin(codes, excluded).any()
+    np.testing.assert_array_equal(sample_random(pool, every // 2 + 1, excluded, seed=4), sample_random(pool, every // 2 + 1, excluded, seed=4))
+    assert not np.array_equal(sample_random(pool, every // 2 + 1, excluded, seed=4), sample_random(pool, every // 2 + 1, excluded, seed=5))
+
+
 # A stand-in for jax: bm25s runs jax.lax.top_k when it is imported, and this records the platform jax would use then.
 FAKE_JAX = {
     "jax/__init__.py": "",
@@ -133,22 +172,39 @@ def test_sharded_bm25_equals_unsharded(ray_session, gold) -> None:
     ids, scores = bm25_neighbours(sentences, depth, shard_size=len(sentences))
     sharded_ids, sharded_scores = bm25_neighbours(sentences, depth, shard_size=97, query_chunk=150)
     np.testing.assert_allclose(sharded_scores, scores, rtol=1e-5)
-    # where scores are not tied, the neighbours themselves agree (the last hit may tie with an unseen one)
-    untied = np.abs(scores[:, :-1] - scores[:, 1:]).min(axis=1) > 1e-4
-    assert untied.sum() > len(sentences) // 4
-    np.testing.assert_array_equal(sharded_ids[untied, :-1], ids[untied, :-1])
+    # every hit that clearly beats the last one kept is found by both (the scores differ in their last float bits)
+    def clear_hits(found: np.ndarray, found_scores: np.ndarray) -> np.ndarray:
+        return np.sort(np.where(found_scores > found_scores[:, -1:] + 1e-4, found, -1), axis=1)
+
+    np.testing.assert_array_equal(clear_hits(sharded_ids, sharded_scores), clear_hits(ids, scores))
+    # exact ties at the depth are ranked by id in each shard as in the whole (before, bm25s chose among them)
+    tied = [f"cat t{i:03d}" for i in range(40)]
+    np.testing.assert_array_equal(bm25_neighbours(tied, 3, shard_size=7)[0], bm25_neighbours(tied, 3, shard_size=40)[0])
     # one shard searched in this process, its queries in chunks: the same as one chunk
     chunked_ids, chunked_scores = bm25_neighbours(sentences, depth, shard_size=len(sentences), query_chunk=150)
     np.testing.assert_array_equal(chunked_ids, ids)
     np.testing.assert_array_equal(chunked_scores, scores)
-    # and one shard is plain bm25s over the whole corpus: the same hits and scores, ties ranked by sentence id
+    # and one shard is plain bm25s over the whole corpus, every sentence ranked by score, then id
     reference = bm25s.BM25(backend="numba")
     tokens = bm25s.tokenize(sentences, stopwords="en", show_progress=False)
     reference.index(tokens, show_progress=False)
-    reference_ids, reference_scores = reference.retrieve(tokens, k=depth, show_progress=False)
+    reference_ids, reference_scores = reference.retrieve(tokens, k=len(sentences), show_progress=False)
     ranked_ids, ranked_scores = merge_ranked([(reference_ids.astype(np.int64), reference_scores.astype(np.float32))], depth)
-    np.testing.assert_array_equal(ids, ranked_ids)
+    positive = scores > 0  # zero-score hits are never neighbours, whichever bm25s returns
+    np.testing.assert_array_equal(np.where(positive, ids, -1), np.where(ranked_scores > 0, ranked_ids, -1))
     np.testing.assert_array_equal(scores, ranked_scores)
+
+
+def test_bm25_ties_at_the_depth_are_ranked_by_id_and_a_sentence_without_tokens_finds_nothing() -> None:
+    """Before: bm25s chose among tied hits by its own rule, and a first query without tokens ("1.") failed the
+    whole search with bm25s' 'query_tokens must be a list of list of tokens'."""
+    tied = [f"cat t{i:03d}" for i in range(40)]  # every "cat" hit scores the same
+    ids, _ = bm25_neighbours(tied, 3, shard_size=len(tied))
+    np.testing.assert_array_equal(ids[20], [20, 0, 1])
+    ids, scores = bm25_neighbours(["1.", "Cats sleep a lot.", "Cats and dogs play.", "Dogs bark at night."], 2, shard_size=10)
+    assert (ids[0] == -1).all() and (scores[0] == 0).all()
+    assert ids[1, 0] == 1 and ids[1, 1] == 2  # itself first, then the other cat sentence
+    assert bm25_neighbours(["1.", "2.", "?"], 2, shard_size=10)[0].shape == (3, 0)  # no token anywhere: no hits
 
 
 @pytest.mark.parametrize("kind", ["flat", "hnsw", "ivf"])

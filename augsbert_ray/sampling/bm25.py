@@ -3,13 +3,16 @@
 The corpus is tokenized once. Up to ``shard_size`` sentences, one plain bm25s index is searched in this process.
 Above it, document frequencies, the document count and the average length are computed over the whole corpus;
 Ray tasks then each index one shard of the corpus with those global statistics and search it with a chunk of the
-queries; per-shard hits merge into the ranking an unsharded index gives (scores equal to float rounding). Ties are
-ranked by sentence id, so that the shard layout does not decide between them.
+queries; per-shard hits merge into the ranking an unsharded index gives (scores equal to float rounding, so hits
+whose scores differ only in their last bits may swap). Ties are ranked by sentence id, and a query whose hits tie
+past the depth is searched deeper until the tie ends, so that bm25s does not choose among them. A sentence without
+a token (``"1."``, stopwords only) finds nothing.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 # Where jax is installed, importing bm25s runs a jax op (bm25s.selection); on a GPU machine jax would then take 75%
 # of the GPU's memory in this process, and the fits and labeling actors sharing the GPU run out of it (seen on an
@@ -64,27 +67,57 @@ class GlobalStatsBM25(bm25s.BM25):
         return {"data": matrix.data, "indices": matrix.indices, "indptr": matrix.indptr, "num_docs": len(corpus_token_ids)}
 
 
+def _plain_index(tokens: bm25s.tokenization.Tokenized) -> bm25s.BM25:
+    retriever = bm25s.BM25(backend="numba")  # JIT-compiled retrieval: several times the numpy backend's speed
+    retriever.index(tokens, show_progress=False)
+    return retriever
+
+
 def _shard_index(shard_ids: list[list[int]], vocab: dict, stats: tuple) -> GlobalStatsBM25:
     retriever = GlobalStatsBM25(*stats)
     retriever.index((shard_ids, dict(vocab)), show_progress=False)  # a copy: bm25s adds "" to the vocab it gets
     return retriever
 
 
+def _no_hits(queries: int, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.full((queries, depth), -1, dtype=np.int64), np.zeros((queries, depth), dtype=np.float32)
+
+
 def _retrieve(
-    retriever: bm25s.BM25, offset: int, query_ids: list[list[int]], vocab: dict, depth: int, threads: int
+    retriever: bm25s.BM25 | None, offset: int, query_ids: list[list[int]], vocab: dict, depth: int, threads: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``depth`` hits of each query within the retriever's shard, as global sentence ids."""
-    hits = min(depth, retriever.scores["num_docs"])
-    queries = bm25s.tokenization.Tokenized(ids=query_ids, vocab=vocab)
-    docs, scores = retriever.retrieve(queries, k=hits, show_progress=False, n_threads=threads)
-    return docs.astype(np.int64) + offset, scores.astype(np.float32)
+    """Top-``depth`` hits of each query within the retriever's shard (None: a shard without a token), as global
+    sentence ids ranked by score, then id (-1: none)."""
+    docs_here = retriever.scores["num_docs"] if retriever is not None else 0
+    hits = min(depth, docs_here)
+    ids, scores = _no_hits(len(query_ids), hits)
+    # bm25s takes a list that starts with an empty query for a malformed one: a query without tokens finds nothing
+    pending = np.flatnonzero([len(query) > 0 for query in query_ids]) if hits else np.zeros(0, dtype=np.int64)
+    k = min(2 * hits, docs_here)
+    while len(pending):
+        queries = bm25s.tokenization.Tokenized(ids=[query_ids[q] for q in pending], vocab=vocab)
+        docs, found = retriever.retrieve(queries, k=k, show_progress=False, n_threads=threads)  # type: ignore[union-attr]
+        order = np.lexsort((docs, -found), axis=1)
+        docs, found = np.take_along_axis(docs, order, axis=1), np.take_along_axis(found, order, axis=1)
+        ids[pending], scores[pending] = docs[:, :hits] + offset, found[:, :hits]
+        last = found[:, hits - 1]
+        # a positive score tied up to the k-th hit may tie with hits past it, of which bm25s chose some
+        pending = pending[(last > 0) & (last == found[:, -1])] if k < docs_here else pending[:0]
+        k = min(2 * k, docs_here)
+    return ids, scores
+
+
+def _index(token_ids: list[list[int]], build: Callable[[], bm25s.BM25]) -> bm25s.BM25 | None:
+    """``build()`` indexes the sentences; None where none has a token, which bm25s cannot index."""
+    return build() if any(len(ids) for ids in token_ids) else None
 
 
 def _search_shard(
     shard_ids: list[list[int]], offset: int, query_ids: list[list[int]], vocab: dict, stats: tuple, depth: int, threads: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """A Ray task's work: index one shard and search it with a chunk of the queries."""
-    return _retrieve(_shard_index(shard_ids, vocab, stats), offset, query_ids, vocab, depth, threads)
+    retriever = _index(shard_ids, lambda: _shard_index(shard_ids, vocab, stats))
+    return _retrieve(retriever, offset, query_ids, vocab, depth, threads)
 
 
 def bm25_neighbours(
@@ -98,8 +131,7 @@ def bm25_neighbours(
     if n <= shard_size:
         # one plain bm25s index, built once in this process: its own statistics are the corpus's, and Ray tasks
         # would add only their overhead
-        retriever = bm25s.BM25(backend="numba")  # JIT-compiled retrieval: several times the numpy backend's speed
-        retriever.index(tokens, show_progress=False)
+        retriever = _index(tokens.ids, lambda: _plain_index(tokens))
         per_chunk = [[_retrieve(retriever, 0, chunk, tokens.vocab, depth, threads)] for chunk in chunks]
     else:
         vocab_size = max(tokens.vocab.values(), default=-1) + 2  # room for the "" token bm25s may add

@@ -7,15 +7,16 @@ import numpy as np
 from augsbert_ray.sampling.pairs import SentencePool
 
 
-def check_top_k(pool: SentencePool, top_k: int) -> None:
+def check_top_k(pool: SentencePool, top_k: int, setting: str = "sampling.top_k") -> None:
+    """``top_k`` neighbours (named ``setting`` in the error) must exist in the pool."""
     if top_k <= 0:
-        raise ValueError(f"sampling.top_k must be positive, got {top_k}")
+        raise ValueError(f"{setting} must be positive, got {top_k}")
     if len(pool) == 0:
         raise ValueError("cannot sample pairs from an empty corpus")
     if len(pool) == 1:
         raise ValueError(f"cannot sample pairs from a corpus with a single sentence: {pool.sentences[0]!r}")
     if top_k > len(pool) - 1:
-        raise ValueError(f"sampling.top_k={top_k} asks for more neighbours than the {len(pool) - 1} other sentences")
+        raise ValueError(f"{setting}={top_k} asks for more neighbours than the {len(pool) - 1} other sentences")
 
 
 def search_depth(pool: SentencePool, top_k: int, excluded: np.ndarray) -> int:

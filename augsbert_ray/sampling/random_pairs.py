@@ -57,6 +57,9 @@ def sample_random(pool: SentencePool, n_pairs: int, excluded: np.ndarray, seed: 
     n = len(pool)
     total = n * (n - 1) // 2
     rng = np.random.default_rng(seed)
+    if 2 * n_pairs > total:  # most of the pairs: rejection draws would redraw the few left for many rounds
+        codes = pool.encode(*_triangle_to_pair(rng.permutation(total), n))
+        return codes[~np.isin(codes, excluded)][:n_pairs]
     kept = np.empty(0, dtype=np.int64)
     while len(kept) < n_pairs:
         draw = rng.integers(0, total, size=max(2 * (n_pairs - len(kept)), 1024))
