@@ -221,7 +221,8 @@ def bm25(sentence_count: int, repeats: int, data_dir: Path) -> dict:
     import bm25s
 
     from augsbert_ray.sampling import SentencePool, sample_bm25
-    from augsbert_ray.sampling.neighbours import merge_ranked, search_depth, top_k_pairs
+    from augsbert_ray.sampling.bm25 import bm25_neighbours
+    from augsbert_ray.sampling.neighbours import search_depth, top_k_pairs
 
     from corpus import edited_corpus
 
@@ -239,8 +240,8 @@ def bm25(sentence_count: int, repeats: int, data_dir: Path) -> dict:
         retriever = bm25s.BM25(backend="numba")
         retriever.index(tokens, show_progress=False)
         docs, scores = retriever.retrieve(tokens, k=depth, show_progress=False, n_threads=THREADS)
-        hits["plain"] = docs.astype(np.int64), scores.astype(np.float32)
-        return top_k_pairs(pool, *hits["plain"], 5, none)
+        hits["plain"] = scores.astype(np.float32)
+        return top_k_pairs(pool, docs.astype(np.int64), scores.astype(np.float32), 5, none)
 
     sample = pool.sentences[:2000]
     bm25s.BM25(backend="numba").index(bm25s.tokenize(sample, show_progress=False), show_progress=False)
@@ -254,8 +255,9 @@ def bm25(sentence_count: int, repeats: int, data_dir: Path) -> dict:
             timings[name].append(time.perf_counter() - start)
             print(f"BM25 over {sentence_count} sentences, {name}: {timings[name][-1]:.1f} s", flush=True)
     speed = [p / q for p, q in zip(timings["plain"], timings["project"])]
-    # plain bm25s' hits with the project's tie rule (equal scores ranked by sentence id)
-    ranked = top_k_pairs(pool, *merge_ranked([hits["plain"]], depth), 5, none)
+    # each query's neighbours, untimed: where they differ from plain bm25s' only in which of the hits tied at the
+    # depth are kept (bm25s' own choice, the project's lowest ids), every query's scores are the same
+    project_scores = bm25_neighbours(pool.sentences, depth, len(pool), cpus=THREADS)[1]
     return {
         "sentences": sentence_count,
         "seconds": {name: [round(s, 2) for s in values] for name, values in timings.items()},
@@ -264,15 +266,13 @@ def bm25(sentence_count: int, repeats: int, data_dir: Path) -> dict:
         "candidates": int(len(candidates["project"][0])),
         "identical_candidates": bool(np.array_equal(np.sort(candidates["project"][0]), np.sort(candidates["plain"][0]))),
         "differing_candidates": int(len(np.setdiff1d(candidates["project"][0], candidates["plain"][0]))),
-        # where only ties at a query's k-th neighbour are broken differently, the pairs' scores are the same
-        "identical_scores": bool(np.array_equal(np.sort(candidates["project"][1]), np.sort(candidates["plain"][1]))),
-        "identical_with_the_same_tie_rule": bool(np.array_equal(candidates["project"][0], ranked[0]) and np.array_equal(candidates["project"][1], ranked[1])),
+        "identical_neighbour_scores": bool(np.array_equal(project_scores, hits["plain"])),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="2000,20000", help="pair counts to label (default: %(default)s)")
+    parser.add_argument("--sizes", default="2000,20000", help="pair counts to label; '' skips (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each side per size (default: %(default)s)")
     parser.add_argument("--bm25-sentences", type=int, default=100_000, help="BM25 corpus size; 0 skips (default: %(default)s)")
     parser.add_argument("--data-dir", type=Path, default=ROOT.parent / "shared" / "data")
@@ -289,7 +289,8 @@ def main() -> None:
     if args.census:
         results = {"census": ray_census(args.census, args.data_dir, work)}
     else:
-        results = {"labeling": labeling([int(n) for n in args.sizes.split(",")], args.repeats, args.data_dir, work)}
+        sizes = [int(n) for n in args.sizes.split(",") if n]
+        results = {"labeling": labeling(sizes, args.repeats, args.data_dir, work)} if sizes else {}
         if args.bm25_sentences:
             results["bm25"] = bm25(args.bm25_sentences, args.repeats, args.data_dir)
     results["load_average_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]

@@ -12,7 +12,6 @@ a token (``"1."``, stopwords only) finds nothing.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 # Where jax is installed, importing bm25s runs a jax op (bm25s.selection); on a GPU machine jax would then take 75%
 # of the GPU's memory in this process, and the fits and labeling actors sharing the GPU run out of it (seen on an
@@ -79,10 +78,6 @@ def _shard_index(shard_ids: list[list[int]], vocab: dict, stats: tuple) -> Globa
     return retriever
 
 
-def _no_hits(queries: int, depth: int) -> tuple[np.ndarray, np.ndarray]:
-    return np.full((queries, depth), -1, dtype=np.int64), np.zeros((queries, depth), dtype=np.float32)
-
-
 def _retrieve(
     retriever: bm25s.BM25 | None, offset: int, query_ids: list[list[int]], vocab: dict, depth: int, threads: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -90,7 +85,7 @@ def _retrieve(
     sentence ids ranked by score, then id (-1: none)."""
     docs_here = retriever.scores["num_docs"] if retriever is not None else 0
     hits = min(depth, docs_here)
-    ids, scores = _no_hits(len(query_ids), hits)
+    ids, scores = np.full((len(query_ids), hits), -1, dtype=np.int64), np.zeros((len(query_ids), hits), dtype=np.float32)
     # bm25s takes a list that starts with an empty query for a malformed one: a query without tokens finds nothing
     pending = np.flatnonzero([len(query) > 0 for query in query_ids]) if hits else np.zeros(0, dtype=np.int64)
     k = min(2 * hits, docs_here)
@@ -107,16 +102,16 @@ def _retrieve(
     return ids, scores
 
 
-def _index(token_ids: list[list[int]], build: Callable[[], bm25s.BM25]) -> bm25s.BM25 | None:
-    """``build()`` indexes the sentences; None where none has a token, which bm25s cannot index."""
-    return build() if any(len(ids) for ids in token_ids) else None
+def _has_tokens(token_ids: list[list[int]]) -> bool:
+    """Whether bm25s can index these sentences: it fails where none has a token."""
+    return any(len(ids) for ids in token_ids)
 
 
 def _search_shard(
     shard_ids: list[list[int]], offset: int, query_ids: list[list[int]], vocab: dict, stats: tuple, depth: int, threads: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """A Ray task's work: index one shard and search it with a chunk of the queries."""
-    retriever = _index(shard_ids, lambda: _shard_index(shard_ids, vocab, stats))
+    retriever = _shard_index(shard_ids, vocab, stats) if _has_tokens(shard_ids) else None
     return _retrieve(retriever, offset, query_ids, vocab, depth, threads)
 
 
@@ -131,7 +126,7 @@ def bm25_neighbours(
     if n <= shard_size:
         # one plain bm25s index, built once in this process: its own statistics are the corpus's, and Ray tasks
         # would add only their overhead
-        retriever = _index(tokens.ids, lambda: _plain_index(tokens))
+        retriever = _plain_index(tokens) if _has_tokens(tokens.ids) else None
         per_chunk = [[_retrieve(retriever, 0, chunk, tokens.vocab, depth, threads)] for chunk in chunks]
     else:
         vocab_size = max(tokens.vocab.values(), default=-1) + 2  # room for the "" token bm25s may add
