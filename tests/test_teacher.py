@@ -227,3 +227,24 @@ def test_a_trained_teacher_is_linked_into_the_run_not_copied(tiny_bi_encoder: Pa
     given = sorted(path.relative_to(tiny_bi_encoder) for path in tiny_bi_encoder.rglob("*") if path.is_file())
     assert given == sorted(path.relative_to(run_models / "teacher_bi_encoder") for path in (run_models / "teacher_bi_encoder").rglob("*") if path.is_file())
     assert all((tiny_bi_encoder / name).stat().st_ino == (run_models / "teacher_bi_encoder" / name).stat().st_ino for name in given)
+
+
+def test_a_member_or_labels_without_spread_cannot_be_calibrated() -> None:
+    """Before: float noise around one score (a collapsed model) got a scale of -3e7 and a random sign, and labels
+    that are all equal gave a constant teacher without a word."""
+    teacher = Teacher((TeacherMember("cross_encoder", "/runs/a/models/cross_encoder"), TeacherMember("bi_encoder", "/runs/a/models/bi")))
+    labels = np.linspace(0, 1, 50)
+    spread = np.linspace(0.1, 0.9, 50)
+    collapsed = np.full(50, 0.999, dtype=np.float32)
+    collapsed[0] = np.nextafter(np.float32(0.999), np.float32(1))
+    with pytest.raises(ValueError, match=r"cannot calibrate /runs/a/models/bi: it gives every calibration pair the same score \(standard deviation 8"):
+        teacher.calibrated([spread, collapsed], labels)
+    with pytest.raises(ValueError, match="cannot calibrate onto 50 labels that are all 0.6: a constant teacher"):
+        teacher.calibrated([spread, spread], np.full(50, 0.6))
+    assert teacher.calibrated([spread, spread[::-1]], labels).members[1].scale < 0  # an anti-correlated member is flipped
+
+
+def test_non_finite_scores_are_an_error_not_a_nan_threshold() -> None:
+    """Before: a NaN score became the threshold, and F1 on dev and test dropped to 0."""
+    with pytest.raises(ValueError, match="dev split: 1 of 4 scores are NaN or infinite"):
+        metrics_from_scores("classification", np.array([np.nan, 0.8, 0.2, 0.1]), np.array([1, 1, 1, 0]), np.array([0.9, 0.1]), np.array([1, 0]))

@@ -11,7 +11,9 @@ import pyarrow as pa
 import ray
 
 from augsbert_ray.config import TaskType
-from augsbert_ray.evaluation.metrics import auc_at_fpr, best_threshold, dev_metric, f1_at, jaccard_scores, spearman_x100
+from augsbert_ray.evaluation.metrics import (
+    auc_at_fpr, best_threshold, check_finite, dev_metric, f1_at, jaccard_scores, spearman_x100,
+)
 from augsbert_ray.labeling.teacher import Teacher
 from augsbert_ray.runtime import configure_torch_threads
 
@@ -111,6 +113,8 @@ def metrics_from_scores(
             metrics_from_scores("regression", dev_scores, gold.dev.column("label").to_numpy(),
                                 test_scores, gold.test.column("label").to_numpy()).test
     """
+    for split, scores in (("dev", dev_scores), ("test", test_scores)):
+        check_finite(np.asarray(scores, dtype=np.float64), f"{split} split")
     if task == "regression":
         return Evaluation(dev=spearman_x100(dev_scores, dev_labels), test=spearman_x100(test_scores, test_labels))
     threshold = best_threshold(dev_scores, dev_labels)
@@ -147,7 +151,10 @@ def evaluate(kind: ScorerKind, model: str | None, task: TaskType, dev: pa.Table,
     dev_s1, dev_s2, dev_labels = _columns(dev)
     test_s1, test_s2, test_labels = _columns(test)
     scores = score_pairs(kind, model, dev_s1 + test_s1, dev_s2 + test_s2, threads)
-    return metrics_from_scores(task, scores[: len(dev_s1)], dev_labels, scores[len(dev_s1) :], test_labels)
+    try:
+        return metrics_from_scores(task, scores[: len(dev_s1)], dev_labels, scores[len(dev_s1) :], test_labels)
+    except ValueError as exc:  # non-finite scores: name the model
+        raise ValueError(f"{model or kind}: {exc}") from None
 
 
 def evaluate_on_ray(

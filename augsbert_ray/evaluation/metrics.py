@@ -52,6 +52,13 @@ def f1_at(scores: Sequence[float], labels: Sequence[int], threshold: float) -> f
     return float(200 * precision * recall / (precision + recall))
 
 
+def check_finite(scores: np.ndarray, what: str) -> None:
+    """Scores that are NaN or infinite (a model whose fit diverged) have no rank or threshold: a ValueError."""
+    bad = int(np.count_nonzero(~np.isfinite(scores)))
+    if bad:
+        raise ValueError(f"{what}: {bad} of {len(scores)} scores are NaN or infinite (a fit that diverged?)")
+
+
 def best_threshold(scores: Sequence[float], labels: Sequence[int]) -> float:
     """The threshold (one of the scores) that maximizes F1; ties go to the higher threshold.
 
@@ -68,6 +75,7 @@ def best_threshold(scores: Sequence[float], labels: Sequence[int]) -> float:
             best_threshold([0.1, 0.35, 0.4, 0.8], [0, 1, 0, 1])  # 0.35
     """
     scores = np.asarray(scores, dtype=np.float64)
+    check_finite(scores, "threshold")
     truth = np.asarray(labels).astype(bool)
     order = np.argsort(-scores, kind="stable")
     descending, truth = scores[order], truth[order]

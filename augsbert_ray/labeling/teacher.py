@@ -115,11 +115,15 @@ class Teacher:
         """Each member mapped onto the gold scale of ``labels``: its mapped scores get their mean and standard
         deviation (``moments``, with the sign of the correlation), or the least-squares fit (``least-squares``)."""
         labels = np.asarray(labels, dtype=np.float64)
+        if np.ptp(labels) == 0:
+            raise ValueError(f"cannot calibrate onto {len(labels)} labels that are all {labels[0]:g}: a constant teacher")
         members = []
         for member, scores in zip(self.members, member_scores, strict=True):
             scores = np.asarray(scores, dtype=np.float64)
-            if np.ptp(scores) == 0:
-                raise ValueError(f"cannot calibrate {member.model}: it gives every calibration pair the same score")
+            # float noise around one value (a collapsed model) would get a huge scale and a random sign
+            if scores.std() <= 1e-6 * max(1.0, float(np.abs(scores).max())):
+                raise ValueError(f"cannot calibrate {member.model}: it gives every calibration pair the same score "
+                                 f"(standard deviation {scores.std():.2g})")
             if method == "least-squares":
                 scale, shift = np.polyfit(scores, labels, 1)
             else:
