@@ -72,7 +72,8 @@ def cleaning_lines(what: str, counts: dict[str, Any], on_overlap: str) -> list[s
 
 
 def write_report(spec: JobSpec, metrics: dict[str, Any], path: Path) -> None:
-    metric = "Spearman x100" if metrics["task"] == "regression" else "F1 x100 (positive class, dev threshold)"
+    classification = metrics["task"] == "classification"
+    metric = "F1 x100 (positive class, dev threshold)" if classification else "Spearman x100"
     trained_on = metrics["counts"].get("trained_on", {})
     if spec.target is not None:
         data = f"scenario: domain transfer from {dataset_name(spec.data)} to {dataset_name(spec.target.data)}"
@@ -85,12 +86,14 @@ def write_report(spec: JobSpec, metrics: dict[str, Any], path: Path) -> None:
         "",
         f"Task: {metrics['task']}; {data}; metric: {metric}.",
         "",
-        "| model | dev | test | trained on (pairs) |",
-        "|---|---:|---:|---:|",
+        "| model | dev | test | " + ("test AUC(0.05) x100 | " if classification else "") + "trained on (pairs) |",
+        "|---|---:|---:|---:|" + ("---:|" if classification else ""),
     ]
     for name in metrics["test"]:
         title = MODEL_TITLES.get(name, name)
-        lines.append(f"| {title} | {metrics['dev'][name]:.2f} | {metrics['test'][name]:.2f} | {trained_on.get(name) or ''} |")
+        auc = metrics["details"].get(name, {}).get("test_auc05")
+        auc_cell = (f"{100 * auc:.2f} | " if auc is not None else " | ") if classification else ""
+        lines.append(f"| {title} | {metrics['dev'][name]:.2f} | {metrics['test'][name]:.2f} | {auc_cell}{trained_on.get(name) or ''} |")
     gate = metrics.get("teacher")
     if gate:
         verdict = "better" if gate["better"] else "NOT better: its silver labels are unlikely to help"

@@ -52,3 +52,19 @@ def test_classification_threshold_comes_from_dev() -> None:
     assert result.threshold == pytest.approx(0.6)
     assert result.test == pytest.approx(200 * 0.5 / 1.5)  # only 0.65 predicted positive: P=1, R=0.5
     assert result.test_auc05 == pytest.approx(1.0)  # the negative ranks last
+
+
+def test_a_classification_report_shows_test_auc05_beside_f1(tmp_path) -> None:
+    """AUC(0.05), the paper's metric for the transfer targets, was only in metrics.json's details."""
+    import json
+    from pathlib import Path
+
+    from augsbert_ray.config import load_spec
+    from augsbert_ray.report import write_report
+
+    run = Path(__file__).parents[1] / "bench/results/reproduce_best_teacher_runs/mrpc-full-seed42_lexical-20261127-162950"
+    metrics = json.loads((run / "metrics.json").read_text())
+    write_report(load_spec(None, ["data.dataset=mrpc"]), metrics, tmp_path / "report.md")
+    lines = (tmp_path / "report.md").read_text().splitlines()
+    assert "| model | dev | test | test AUC(0.05) x100 | trained on (pairs) |" in lines
+    assert f"| SBERT (gold only) | 84.03 | 83.31 | {100 * metrics['details']['sbert']['test_auc05']:.2f} | 3668 |" in lines
