@@ -329,7 +329,11 @@ def _evaluate(args: argparse.Namespace) -> int:
     result = evaluate(kind, model, task, gold.dev, gold.test, threads=args.threads)
     rows = {"read": gold.rows_read, "accepted": gold.rows_read - len(gold.rejects), "rejected": len(gold.rejects),
             "dev": gold.dev.num_rows, "test": gold.test.num_rows}
-    print(json.dumps({"model": model, "kind": kind, "task": task, **result.to_dict(), "rows": rows}, indent=2))
+    picked = {}
+    if task == "classification":  # the F1 threshold: on dev pairs, or, without --dev, on the scored pairs themselves
+        named = args.data in ("stsb", "mrpc", "bws")
+        picked = {"threshold_picked_on": f"{args.data}'s dev split" if named else args.dev or f"{args.data} itself (no --dev)"}
+    print(json.dumps({"model": model, "kind": kind, "task": task, **result.to_dict(), **picked, "rows": rows}, indent=2))
     return 0
 
 

@@ -68,6 +68,7 @@ def test_evaluate_command(tiny_model: Path, tmp_path: Path, capsys) -> None:
     assert main(["evaluate", str(tiny_model), "--data", str(data), "--task", "classification"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["kind"] == "bi_encoder" and "test_auc05" in result
+    assert result["threshold_picked_on"] == f"{data} itself (no --dev)"
     # dev is the test file itself: F1 at the threshold best on it is the best F1 of any threshold
     from sentence_transformers import SentenceTransformer
 
