@@ -146,10 +146,15 @@ def resume_run(spec: JobSpec, run_dir: Path, data_dir: str | Path | None, force:
         raise SpecError(f"--resume {run_dir}: what the run computes from changed since it started: {describe(changed)}; "
                         "start a new run, or add --force-resume to reuse only the fits these changes do not touch")
     if changed:
-        kept = {name: record for name, record in ledger.finished.items() if fit_still_matches(name, changed)}
-        log.warning("--force-resume: %s changed; reusing %s, fitting again %s, labeling again", describe(changed),
-                    ", ".join(kept) or "no fit", ", ".join(sorted(ledger.finished.keys() - kept.keys())) or "nothing")
-        for stale in ("silver", "candidates", "tuning_silver", *(f"models/{name}" for name in ledger.finished.keys() - kept.keys())):
+        tuned = spec.tuned_models()
+        kept = {name: record for name, record in ledger.finished.items() if fit_still_matches(name, changed, tuned)}
+        # an unfinished fit's training state, made under the old settings, must not be where its refit goes on from
+        states = sorted(path.name for path in ctx.layout.ray_train.glob("*") if not fit_still_matches(path.name, changed, tuned))
+        log.warning("--force-resume: %s changed; reusing %s, fitting again %s, dropping the training states of %s, labeling "
+                    "again", describe(changed), ", ".join(kept) or "no fit",
+                    ", ".join(sorted(ledger.finished.keys() - kept.keys())) or "nothing", ", ".join(states) or "none")
+        for stale in ("silver", "candidates", "tuning_silver", *(f"models/{name}" for name in ledger.finished.keys() - kept.keys()),
+                      *(f"ray_train/{name}" for name in states)):
             shutil.rmtree(run_dir / stale, ignore_errors=True)
         ctx = RunContext(spec, ctx.layout, FitLedger(ctx.layout, kept))
         ctx.ledger.write()

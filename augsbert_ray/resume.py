@@ -8,6 +8,7 @@ It lives in the run directory as .fingerprint.json, which spec.yaml edits do not
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +19,13 @@ from augsbert_ray.models import model_fingerprint, resolve_model
 
 FINGERPRINT_FILE = ".fingerprint.json"
 
-# The entries of the fingerprint that each fit depends on (prefixes of its flattened keys); a fit not named
-# here (an AugSBERT bi-encoder) depends on all of them.
+# The entries of the fingerprint that each fit depends on (prefixes of its flattened keys), a tuned one on
+# spec.tuning too; a fit not named here (an AugSBERT bi-encoder) depends on all of them.
 FIT_INPUTS: dict[str, tuple[str, ...]] = {
     "cross_encoder": ("spec.seed", "spec.scenario", "spec.data.", "spec.cross_encoder.", "spec.training.", "files.data.", "models.cross_encoder"),
     "teacher_bi_encoder": ("spec.seed", "spec.scenario", "spec.data.", "spec.teacher.bi_encoder.", "spec.training.", "files.data.",
                            "models.teacher.bi_encoder"),
-    "sbert": ("spec.seed", "spec.data.", "spec.bi_encoder.", "spec.training.", "spec.tuning", "files.data.", "models.bi_encoder"),
+    "sbert": ("spec.seed", "spec.data.", "spec.bi_encoder.", "spec.training.", "files.data.", "models.bi_encoder"),
     "sbert_source": ("spec.seed", "spec.data.", "spec.bi_encoder.", "spec.training.", "files.data.", "models.bi_encoder"),
     "sbert_target": ("spec.seed", "spec.target.data.", "spec.bi_encoder.", "spec.training.", "files.target.", "models.bi_encoder"),
 }
@@ -89,9 +90,13 @@ def changed_entries(run_dir: Path, now: dict[str, Any]) -> dict[str, tuple[Any, 
             if then.get(key) != now.get(key)}
 
 
-def fit_still_matches(fit: str, changed: dict[str, tuple[Any, Any]]) -> bool:
+def fit_still_matches(fit: str, changed: dict[str, tuple[Any, Any]], tuned: Collection[str] = ()) -> bool:
+    """Whether none of the ``changed`` fingerprint entries is an input of ``fit`` (``tuned``: the fits that are
+    seed searches, which depend on spec.tuning too)."""
     inputs = FIT_INPUTS.get(fit)
-    return inputs is not None and not any(key.startswith(inputs) for key in changed)
+    if inputs is None:
+        return False
+    return not any(key.startswith((*inputs, *(("spec.tuning",) if fit in tuned else ()))) for key in changed)
 
 
 def describe(changed: dict[str, tuple[Any, Any]], limit: int = 6) -> str:

@@ -38,6 +38,7 @@ from augsbert_ray.selection import (
 )
 from augsbert_ray.training import fit_bi_encoder, fit_cross_encoder
 from augsbert_ray.tuning.search import Outcome
+from augsbert_ray.tuning.trial_loop import cull_step, total_steps
 from augsbert_ray.tuning.stage import SilverByK, searched_fit
 
 # BM25 runs first: random sampling and the KDE pool are sized from its candidate count.
@@ -144,7 +145,19 @@ def read_gold(ctx: RunContext, data_dir: str | Path | None) -> Gold:
     """The gold (in-domain) or source (transfer) pairs, into gold/ with rejects.jsonl and counts."""
     gold = read_splits(ctx, ctx.spec.data, data_dir, "gold", "")
     check_gold_usable(gold.splits, ctx.spec)
+    check_sbert_cullable(ctx.spec, gold.splits.train.num_rows)
     return gold
+
+
+def check_sbert_cullable(spec: JobSpec, train_rows: int) -> None:
+    """A seed search of SBERT needs a cull step; checked on reading gold, not after the teacher's fit. (An AugSBERT
+    search adds silver to these pairs, so gold alone cannot refuse it.)"""
+    if spec.tuning is not None and "sbert" in spec.tuned_models():
+        try:
+            cull_step(total_steps(train_rows, spec.bi_encoder.batch_size, spec.bi_encoder.epochs), spec.tuning.cull_at)
+        except ValueError as exc:
+            raise SpecError(f"tuning of sbert on {train_rows} gold train pairs (bi_encoder.batch_size="
+                            f"{spec.bi_encoder.batch_size}, epochs={spec.bi_encoder.epochs}): {exc}") from None
 
 
 def read_target(ctx: RunContext, data_dir: str | Path | None) -> Gold:

@@ -926,6 +926,15 @@ def test_label_refuses_more_pairs_than_its_sentences_make_before_ray(tiny_cross_
     assert not (tmp_path / "out").exists()
 
 
+def test_run_refuses_an_sbert_seed_search_too_short_to_cull_before_any_fit(ray_session, tmp_path: Path, capsys) -> None:
+    """Before: the teacher was fitted first, and the search failed after it."""
+    job = job_file(tmp_path, own_data(tmp_path, scores(20)), tuning={"seeds": 2, "models": ["sbert"]})
+    line, _ = run_error(tmp_path, capsys, job)
+    assert line == ("augsbert run: error: tuning of sbert on 20 gold train pairs (bi_encoder.batch_size=16, epochs=1): a fit of 1 "
+                    "step(s) is too short to cull at 0.2: it needs at least 5 steps; train on more pairs or epochs, or raise "
+                    "tuning.cull_at")
+
+
 def test_run_refuses_sampling_the_pool_cannot_give_before_any_fit(ray_session, tmp_path: Path, capsys) -> None:
     """Before: it failed after the teacher and SBERT fits."""
     line, _ = run_error(tmp_path, capsys, job_file(tmp_path, own_data(tmp_path, scores(20))), "sampling.strategies=[kde]",

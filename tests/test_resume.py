@@ -73,6 +73,26 @@ def test_force_resume_keeps_only_the_fits_a_change_does_not_touch(tmp_path: Path
     assert resume_run(load_run_spec(run_dir), run_dir, data_dir, force=False).ledger.finished.keys() == {"cross_encoder"}
 
 
+def test_force_resume_drops_the_training_state_of_a_fit_a_change_touches(tmp_path: Path, data_dir: Path) -> None:
+    """Before: an unfinished fit went on from its training state made under the old settings (the old learning
+    rate's optimizer and schedule, its step count)."""
+    run_dir = started_run(tmp_path, data_dir, JobSpec(training={"checkpoint_every": 50}), ("cross_encoder",))
+    for fit in ("cross_encoder", "sbert"):
+        (run_dir / "ray_train" / fit / "checkpoint_000001").mkdir(parents=True)
+    edit_spec(run_dir, "bi_encoder", "learning_rate", 1e-4)
+    resume_run(load_run_spec(run_dir), run_dir, data_dir, force=True)
+    assert sorted(path.name for path in (run_dir / "ray_train").iterdir()) == ["cross_encoder"]  # SBERT's state is gone
+
+
+def test_a_tuning_edit_refits_sbert_only_where_sbert_is_tuned(tmp_path: Path, data_dir: Path) -> None:
+    """Before: any tuning edit refit SBERT, even where its plain fit never reads the tuning section."""
+    for models, refit in (["augsbert_bm25"], False), (["sbert"], True):
+        tuning = {"seeds": 5, "models": models}
+        run_dir = started_run(tmp_path / "_".join(models), data_dir, JobSpec(tuning=tuning), ("cross_encoder", "sbert"))
+        edit_spec(run_dir, "tuning", "seeds", 3)
+        assert ("sbert" in resume_run(load_run_spec(run_dir), run_dir, data_dir, force=True).ledger.finished) != refit
+
+
 def test_a_setting_added_since_the_run_started_blocks_resume_only_off_its_default(
     tiny_model: Path, tmp_path: Path, data_dir: Path
 ) -> None:

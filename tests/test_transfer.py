@@ -179,6 +179,21 @@ def test_each_regression_loss_reads_the_silver_scores(tiny_model: Path, loss: st
         assert abs(float(objective(features, scores)) - float(objective(features, 1 - scores))) > 1e-4
 
 
+def test_online_contrastive_thresholds_silver_scores_at_one_half(tiny_model: Path) -> None:
+    """Before: sentence-transformers' loss ignored every label but exactly 0 and 1, so every silver pair: loss 0."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from augsbert_ray.training.bi_encoder import bi_encoder_loss
+
+    model = SentenceTransformer(str(tiny_model))
+    objective = bi_encoder_loss(model, BiEncoderSpec(model=str(tiny_model), loss="online_contrastive"))
+    features = [model.tokenize([f"sentence {i} of side {side}" for i in range(4)]) for side in ("a", "b")]
+    with torch.no_grad():
+        silver = float(objective(features, torch.tensor([0.91, 0.84, 0.07, 0.12])))
+        assert silver > 0 and silver == pytest.approx(float(objective(features, torch.tensor([1.0, 1.0, 0.0, 0.0]))))
+
+
 @pytest.mark.slow
 def test_a_cross_encoder_fit_is_reproduced_by_its_seed(ray_session, tiny_model: Path, data_dir: Path, tmp_path: Path) -> None:
     """The new classification head is seeded too, so two fits with one seed make the same teacher (as the two

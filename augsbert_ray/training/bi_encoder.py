@@ -14,7 +14,14 @@ def bi_encoder_loss(model: Any, spec: BiEncoderSpec) -> Any:
     online contrastive thresholds it at 0.5 (so it is for 0/1 classification labels)."""
     from sentence_transformers.sentence_transformer.losses import CoSENTLoss, CosineSimilarityLoss, OnlineContrastiveLoss
 
-    losses = {"cosine": CosineSimilarityLoss, "cosent": CoSENTLoss, "online_contrastive": OnlineContrastiveLoss}
+    class ThresholdedContrastiveLoss(OnlineContrastiveLoss):
+        """Labels >= 0.5 are positives, the rest negatives: the library's loss would ignore every pair whose label
+        is not exactly 0 or 1, so every silver pair and every regression label."""
+
+        def compute_loss_from_embeddings(self, embeddings: Any, labels: Any) -> Any:
+            return super().compute_loss_from_embeddings(embeddings, (labels >= 0.5).to(labels.dtype))
+
+    losses = {"cosine": CosineSimilarityLoss, "cosent": CoSENTLoss, "online_contrastive": ThresholdedContrastiveLoss}
     return losses[spec.loss](model)
 
 
