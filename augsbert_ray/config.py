@@ -57,7 +57,8 @@ def is_text_type(dtype: pa.DataType) -> bool:
 
     if pa.types.is_dictionary(dtype):  # e.g. a pandas category column saved to Parquet
         return is_text_type(dtype.value_type)
-    return pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_null(dtype)
+    return (pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_string_view(dtype)
+            or pa.types.is_null(dtype))
 
 
 class _Strict(BaseModel):

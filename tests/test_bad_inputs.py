@@ -926,6 +926,46 @@ def test_label_refuses_more_pairs_than_its_sentences_make_before_ray(tiny_cross_
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(("model", "flags", "message"), [
+    ("tiny_model", [], "{model}: not a cross-encoder: it has no classification head (architectures: BertModel), so every score "
+                       "would come from a random one"),  # was: labeled with a random head, exit 0
+    ("tiny_cross_encoder", ["--max-seq-length", "512"], "--max-seq-length 512: {model} takes at most 128 tokens"),  # was: ONNX error at the first long pair
+    ("tiny_cross_encoder", ["--max-seq-length", "2"], "--max-seq-length 2: a pair takes 3 special tokens before any word"),  # was: 0 truncated
+    ("tiny_cross_encoder", ["--input-columns"], "{input}: column 'note' appears 2 times"),  # was: KeyError after the model loaded
+], ids=["no-head", "past-positions", "below-special-tokens", "repeated-extra-column"])
+def test_label_refuses_a_model_or_input_it_would_label_wrongly_before_reading_pairs(request, tmp_path: Path, capsys, model: str,
+                                                                                     flags: list[str], message: str) -> None:
+    model_dir = request.getfixturevalue(model)
+    source = tmp_path / "pairs.csv"
+    source.write_text("sentence1,sentence2,note,note\na b,c d,x,y\n" if flags == ["--input-columns"] else "sentence1,sentence2\na b,c d\n")
+    flags = [] if flags == ["--input-columns"] else flags
+    args = ["label", "--model", str(model_dir), "--input", str(source), "--output", str(tmp_path / "out"), *flags]
+    assert main(args) == 2
+    assert error_line(capsys.readouterr().err) == f"augsbert label: error: {message.format(model=model_dir, input=source)}"
+    assert not (tmp_path / "out" / "_manifest.json").exists()
+
+
+def test_label_rejects_a_jsonl_line_of_two_objects(ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys) -> None:
+    """Before: arrow read two rows from the line, the line numbers went out of step, and the labeler failed."""
+    source = tmp_path / "pairs.jsonl"
+    source.write_text('{"sentence1": "a b", "sentence2": "c d"} {"sentence1": "e f", "sentence2": "g h"}\n'
+                      '{"sentence1": "i j", "sentence2": ""}\n{"sentence1": "k l", "sentence2": "m n"}\n')
+    code, out, _ = label(capsys, tiny_cross_encoder, source, tmp_path / "out")
+    assert code == 0 and "pairs in 3 = labeled 1 + rejected 2" in out
+    rejects = [json.loads(line) for line in (tmp_path / "out" / "_rejects.jsonl").read_text().splitlines()]
+    assert [(row["line"], row["reason"]) for row in rejects] == [
+        (1, "2 JSON objects on one line; JSON Lines has one per line"), (2, "empty sentence")]
+
+
+def test_a_parquet_string_view_column_is_text(tmp_path: Path) -> None:
+    """Polars and newer pyarrow can write string_view columns; they were refused as 'not text'."""
+    from augsbert_ray.data.formats import read_schema
+
+    table = pa.table({"sentence1": pa.array(["a b"], pa.string_view()), "sentence2": pa.array(["c d"], pa.string_view())})
+    pq.write_table(table, tmp_path / "view.parquet")
+    assert read_schema(str(tmp_path / "view.parquet"), "parquet", ("sentence1", "sentence2")).field("sentence1").type == pa.string()
+
+
 def test_run_refuses_an_sbert_seed_search_too_short_to_cull_before_any_fit(ray_session, tmp_path: Path, capsys) -> None:
     """Before: the teacher was fitted first, and the search failed after it."""
     job = job_file(tmp_path, own_data(tmp_path, scores(20)), tuning={"seeds": 2, "models": ["sbert"]})

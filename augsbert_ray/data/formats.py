@@ -62,7 +62,7 @@ def read_schema(path: str, fmt: str, text_columns: tuple[str, str]) -> pa.Schema
     missing = [column for column in text_columns if column not in schema.names]
     if missing:
         raise SpecError(f"{path}: no column {', '.join(map(repr, missing))} (columns: {', '.join(schema.names)}); see --text-columns")
-    repeated = [column for column in text_columns if schema.names.count(column) > 1]
+    repeated = [column for column in schema.names if schema.names.count(column) > 1]  # any column: the output keeps them all
     if repeated:
         raise SpecError(f"{path}: column {repeated[0]!r} appears {schema.names.count(repeated[0])} times")
     for column in text_columns:

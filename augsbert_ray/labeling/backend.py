@@ -70,6 +70,21 @@ def actor_device(precision: str, threads: int) -> tuple[str, Any]:
     return device, dtype
 
 
+def check_max_length(model: str, max_seq_length: int | None, tokenizer: Any, config: Any) -> None:
+    """A set max_seq_length must hold a pair's special tokens and fit the model's position embeddings: past them the
+    model fails at the first long pair, hours into a job; below them nothing would be truncated."""
+    if max_seq_length is None:
+        return
+    special = tokenizer.num_special_tokens_to_add(pair=True)
+    # RoBERTa-like configs count two positions the tokenizer's limit leaves out (its model_max_length: 512 of 514)
+    limits = [getattr(config, "max_position_embeddings", None), tokenizer.model_max_length]
+    positions = min(limit for limit in limits if limit is not None and limit < 1_000_000)
+    if max_seq_length <= special:
+        raise ValueError(f"max_seq_length {max_seq_length}: a pair takes {special} special tokens before any word")
+    if max_seq_length > positions:
+        raise ValueError(f"max_seq_length {max_seq_length}: {model} takes at most {positions} tokens")
+
+
 class PairModel:
     """Scores padded batches of token ids. One per actor; loaded once."""
 

@@ -25,7 +25,8 @@ from augsbert_ray.data.formats import input_format
 from augsbert_ray.files import atomic_path, atomic_write_text
 from augsbert_ray.labeling.plan import Shard, expand_inputs, plan_shards
 from augsbert_ray.labeling.scorer import COUNT_KEYS, STATS_KEY, ShardLabeler, calibration_pairs
-from augsbert_ray.labeling.teacher import Teacher
+from augsbert_ray.labeling.backend import check_max_length
+from augsbert_ray.labeling.teacher import Teacher, TeacherMember
 from augsbert_ray.models import check_model
 from augsbert_ray.runtime import check_requests, format_seconds, init_ray, log
 
@@ -87,6 +88,7 @@ class LabelJob:
         self.labeler = self.labeler or self.teacher.labeler
         for member in self.teacher.members:
             check_model(member.model)
+            check_member(member, self.spec.max_seq_length)
         if self.spec.precision == "int8" and any(member.kind == "bi_encoder" for member in self.teacher.members):
             raise SpecError("labeling.precision int8 quantizes cross-encoders only; a teacher with a bi-encoder runs fp32, bf16 or fp16")
 
@@ -102,6 +104,22 @@ class LabelJob:
             "inputs": [[os.path.relpath(path, output), Path(path).stat().st_size] for path in files],
             "shard_rows": self.spec.shard_rows,
         }
+
+
+def check_member(member: TeacherMember, max_seq_length: int | None) -> None:
+    """Before any pair is read: a cross-encoder member must have its classification head (else each score would
+    come from a random one), and a set max_seq_length must fit the model (else it fails at the first long pair)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(member.model)
+    architectures = config.architectures or []
+    if member.kind == "cross_encoder" and not any(name.endswith("ForSequenceClassification") for name in architectures):
+        raise SpecError(f"{member.model}: not a cross-encoder: it has no classification head (architectures: "
+                        f"{', '.join(architectures) or 'none'}), so every score would come from a random one")
+    try:
+        check_max_length(member.model, max_seq_length, AutoTokenizer.from_pretrained(member.model), config)
+    except ValueError as exc:
+        raise SpecError(f"labeling.{exc}") from None
 
 
 def labels_in_process(spec: LabelingSpec, address: str | None) -> bool:

@@ -263,7 +263,8 @@ def _read_jsonl(shard: Shard, data: bytes) -> tuple[pa.Table, np.ndarray, list[R
     try:
         table = pajson.read_json(io.BytesIO(data), parse_options=parse)
         table.validate(full=True)  # arrow's JSON reader takes text that is not UTF-8; the labeler's decoding would fail
-        return table, np.array([number for number, _ in lines], dtype=np.int64), []
+        if table.num_rows == len(lines):  # else a line holds more than one object: found line by line below
+            return table, np.array([number for number, _ in lines], dtype=np.int64), []
     except pa.ArrowInvalid:
         pass  # found line by line below
     good, rejects = [], []
@@ -274,7 +275,11 @@ def _read_jsonl(shard: Shard, data: bytes) -> tuple[pa.Table, np.ndarray, list[R
             rejects.append(bad_utf8(shard.path, number, line))
             continue
         try:
-            pajson.read_json(io.BytesIO(line), parse_options=parse)
+            objects = pajson.read_json(io.BytesIO(line), parse_options=parse).num_rows
+            if objects != 1:
+                rejects.append(Reject(shard.path, number, RECORD, f"{objects} JSON objects on one line; JSON Lines has one per line",
+                                      line[:200].decode("utf-8", errors="replace")))
+                continue
             good.append((number, line))
         except pa.ArrowInvalid as exc:
             detail = re.sub(r"^JSON parse error: | in row \d+$", "", str(exc).splitlines()[0])
