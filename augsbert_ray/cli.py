@@ -231,9 +231,12 @@ def _pair_sentences(sentences: list[str], args: argparse.Namespace):
 
 def _random_pairs(pool, args: argparse.Namespace) -> int:
     """--pairs, else --top-k per sentence, as far as the pool has pairs; checked before Ray starts."""
+    import numpy as np
+
+    from augsbert_ray.sampling import available_pairs
     from augsbert_ray.sampling.neighbours import check_top_k
 
-    available = len(pool) * (len(pool) - 1) // 2
+    available = available_pairs(pool, np.zeros(0, dtype=np.int64))
     if args.strategy == "bm25":
         try:
             check_top_k(pool, args.top_k, "--top-k")
