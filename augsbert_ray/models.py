@@ -351,6 +351,29 @@ def model_fingerprint(model: str) -> str:
     return f"{path.name}@{files_digest(sorted(path.glob('*.safetensors')) + sorted(path.glob('*.bin')))[:12]}"
 
 
+# What besides its weights decides a model's outputs: configs (activation, pooling, labels) and tokenizer files
+SETTINGS_SUFFIXES = (".json", ".txt", ".model")
+
+
+def model_settings_digest(model: str) -> str:
+    """A short id of a model's configs and tokenizer files, which decide its scores as much as its weights (a changed
+    activation, pooling or vocabulary scores the same pairs differently); hidden folders (an ONNX cache) are left
+    out. '' for a Hugging Face id.
+
+    Example:
+        ::
+
+            model_settings_digest("runs/<run>/models/cross_encoder")  # '5c0e9b1d2a47'
+    """
+    path = Path(model)
+    if not path.is_dir():
+        return ""
+    files = sorted(file for file in path.rglob("*") if file.suffix in SETTINGS_SUFFIXES and file.is_file()
+                   and not any(part.startswith(".") for part in file.relative_to(path).parts))
+    names = "\n".join(str(file.relative_to(path)) for file in files)
+    return hashlib.sha256(names.encode() + bytes.fromhex(files_digest(files))).hexdigest()[:12]
+
+
 def build_tiny_bert(directory: Path) -> Path:
     """Save a tiny random BERT (hidden 32, one layer) with the MiniLM tokenizer: tests train it in seconds, and
     benchmarks use it to time the engine apart from the model.

@@ -1,7 +1,8 @@
 """What a run computes from, recorded when it starts, so that `--resume` cannot continue it with other inputs.
 
 The fingerprint holds the resolved spec (less where Ray runs and what resources work gets), a content hash of
-every data file by its role (so a moved data directory still matches), and each model's weights fingerprint.
+every data file by its role (so a moved data directory still matches), and each model's weights fingerprint and
+its configs' and tokenizer's digest.
 It lives in the run directory as .fingerprint.json, which spec.yaml edits do not reach.
 """
 
@@ -15,9 +16,10 @@ from typing import Any
 from augsbert_ray.config import RESUME_SETTABLE, JobSpec
 from augsbert_ray.data.gold import gold_sources
 from augsbert_ray.files import atomic_write_text, files_digest
-from augsbert_ray.models import model_fingerprint, resolve_model
+from augsbert_ray.models import model_fingerprint, model_settings_digest, resolve_model
 
 FINGERPRINT_FILE = ".fingerprint.json"
+SETTINGS_SUFFIX = ".settings"
 
 # The entries of the fingerprint that each fit depends on (prefixes of its flattened keys), a tuned one on
 # spec.tuning too; a fit not named here (an AugSBERT bi-encoder) depends on all of them.
@@ -54,8 +56,13 @@ def run_fingerprint(spec: JobSpec, data_dir: str | Path | None) -> dict[str, Any
     return {
         **flatten(comparable_spec(spec), "spec."),
         **{f"files.{role}": files_digest([Path(path)])[:16] for role, path in files.items()},
-        **{f"models.{field}": model_fingerprint(resolve_model(name)) for field, name in run_models(spec).items()},
+        **{key: value for field, name in run_models(spec).items() for key, value in model_entries(field, resolve_model(name)).items()},
     }
+
+
+def model_entries(field: str, model: str) -> dict[str, str]:
+    """``models.<field>``: the weights' fingerprint; ``models.<field>.settings``: its configs' and tokenizer's."""
+    return {f"models.{field}": model_fingerprint(model), f"models.{field}{SETTINGS_SUFFIX}": model_settings_digest(model)}
 
 
 def run_models(spec: JobSpec) -> dict[str, str]:
@@ -82,11 +89,13 @@ def write_fingerprint(run_dir: Path, fingerprint: dict[str, Any]) -> None:
 
 def changed_entries(run_dir: Path, now: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """Entries whose value differs between the run's recorded fingerprint and ``now``: key -> (then, now). A setting
-    the tool gained since the run started is no change at its default, which keeps what the tool did before."""
+    the tool gained since the run started is no change at its default, which keeps what the tool did before; nor is
+    a model's settings digest, which fingerprints gained later."""
     then = json.loads((run_dir / FINGERPRINT_FILE).read_text(encoding="utf-8"))
     defaults = flatten(comparable_spec(JobSpec()), "spec.")
     gained_at_default = {key for key in now.keys() - then.keys() if key in defaults and now[key] == defaults[key]}
-    return {key: (then.get(key), now.get(key)) for key in sorted((then.keys() | now.keys()) - gained_at_default)
+    gained_settings = {key for key in now.keys() - then.keys() if key.endswith(SETTINGS_SUFFIX) and key.startswith("models.")}
+    return {key: (then.get(key), now.get(key)) for key in sorted((then.keys() | now.keys()) - gained_at_default - gained_settings)
             if then.get(key) != now.get(key)}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import pytest
 
 from augsbert_ray.cli import main
 from augsbert_ray.config import LabelingSpec
-from augsbert_ray.labeling import LabelJob, Teacher, label_files
+from augsbert_ray.labeling import LabelJob, LabelResult, Teacher, label_files
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -145,6 +146,47 @@ def test_resume_after_a_kill_labels_every_pair_once(ray_session, tiny_cross_enco
     assert on_ray.labeled == 6000
     by_id = [pq.read_table(path, columns=["pair_id", "score"]).sort_by("pair_id") for path in (output, tmp_path / "on_ray")]
     assert by_id[0].equals(by_id[1])
+
+
+def test_resume_refuses_an_input_edited_in_place_and_a_teacher_whose_config_changed(
+    tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path
+) -> None:
+    """Before, the job key held the input's size and the teacher's weights only: a same-size edit of the input, or a
+    cross-encoder whose activation changed, resumed and mixed its shards with the earlier labels."""
+    from augsbert_ray.config import SpecError
+    from augsbert_ray.labeling.engine import MANIFEST, label_shards
+    from augsbert_ray.labeling.plan import plan_shards
+
+    pairs = stsb_pairs(data_dir, 200)
+    path, output, teacher = tmp_path / "pairs.jsonl", tmp_path / "silver", tmp_path / "teacher"
+    text = "".join(json.dumps({"sentence1": a, "sentence2": b}) + "\n" for a, b in pairs)
+    path.write_text(text, encoding="utf-8")
+    shutil.copytree(tiny_cross_encoder, teacher)
+    job = LabelJob(Teacher.cross_encoder(str(teacher)), LabelingSpec(shard_rows=100))
+
+    def label() -> LabelResult:
+        return label_shards(plan_shards([str(path)], "jsonl", job.text_columns, 100), output, job, here=True)
+
+    assert label().skipped == 0
+    manifest = json.loads((output / MANIFEST).read_text())
+    for entry in ("input_digests", "teacher_settings"):  # as an earlier version wrote it: it resumes as before
+        del manifest["job"][entry]
+    (output / MANIFEST).write_text(json.dumps(manifest))
+    assert (label().skipped, label().skipped) == (2, 2)
+
+    edited = text.replace(pairs[150][0], pairs[150][0][::-1], 1)
+    assert edited != text and len(edited.encode()) == len(text.encode())
+    path.write_text(edited, encoding="utf-8")
+    with pytest.raises(SpecError, match=r"holds labels from other settings \(input_digests differ\)"):
+        label()
+    path.write_text(text, encoding="utf-8")
+
+    settings = teacher / "config_sentence_transformers.json"
+    config = json.loads(settings.read_text())
+    assert config["activation_fn"] == "torch.nn.modules.activation.Sigmoid"
+    settings.write_text(json.dumps({**config, "activation_fn": "torch.nn.modules.linear.Identity"}))
+    with pytest.raises(SpecError, match=r"holds labels from other settings \(teacher_settings differ\)"):
+        label()
 
 
 @pytest.mark.parametrize("case", ["missing column", "repeated column", "mixed formats", "tsv", "json array", "unreadable file", "no model", "no gpu"])

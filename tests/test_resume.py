@@ -106,6 +106,28 @@ def test_a_setting_added_since_the_run_started_blocks_resume_only_off_its_defaul
         resume_run(load_run_spec(run_dir, ["evaluation.teacher_bi_encoder=true"]), run_dir, data_dir, force=False)
 
 
+def test_a_given_teacher_whose_config_changed_blocks_resume_and_an_older_fingerprint_does_not(
+    tiny_cross_encoder: Path, tmp_path: Path, data_dir: Path
+) -> None:
+    """Before, the fingerprint held the weights only: a trained cross-encoder whose activation changed resumed."""
+    teacher = tmp_path / "teacher"
+    shutil.copytree(tiny_cross_encoder, teacher)
+    run_dir = started_run(tmp_path, data_dir, JobSpec(cross_encoder={"trained": str(teacher)}), ("sbert",))
+    fingerprint = json.loads((run_dir / FINGERPRINT_FILE).read_text())
+    settings = [key for key in fingerprint if key.endswith(".settings")]
+    assert "models.cross_encoder.settings" in settings
+    for key in settings:  # as a run started by a version without these entries
+        del fingerprint[key]
+    (run_dir / FINGERPRINT_FILE).write_text(json.dumps(fingerprint))
+    assert resume_run(load_run_spec(run_dir), run_dir, data_dir, force=False).ledger.finished.keys() == {"sbert"}
+
+    config = teacher / "config_sentence_transformers.json"
+    config.write_text(config.read_text().replace("torch.nn.modules.activation.Sigmoid", "torch.nn.modules.linear.Identity"))
+    with pytest.raises(SpecError, match=r"models\.cross_encoder\.settings \('\w+' -> '\w+'\)"):
+        resume_run(load_run_spec(run_dir), run_dir, data_dir, force=False)
+    assert resume_run(load_run_spec(run_dir), run_dir, data_dir, force=True).ledger.finished.keys() == {"sbert"}
+
+
 def test_a_bi_encoder_scored_beside_the_teacher_is_fingerprinted(tiny_model: Path, data_dir: Path) -> None:
     """evaluation.teacher_bi_encoder fits teacher.bi_encoder beside a cross-encoder teacher: a resume must see its
     model change; an ensemble has that model as its member already."""

@@ -102,7 +102,7 @@ class PairModel:
             self.cross_encoder.to(dtype)
         self.cross_encoder.eval()
         self.tokenizer = self.cross_encoder.tokenizer
-        self.max_length = max_seq_length or self.cross_encoder.max_length or self.tokenizer.model_max_length
+        self.max_length = max_seq_length or self.cross_encoder.max_seq_length or self.tokenizer.model_max_length
         self.activation = self.cross_encoder.activation_fn
         self.input_names = [name for name in ONNX_INPUTS if name in self.tokenizer.model_input_names]
         # a GPU at bf16/fp16 runs each batch width slowly the first time it meets it: widths rounded up to a multiple
@@ -159,13 +159,14 @@ class EmbeddingModel:
 
 
 def _onnx_session(pair_model: PairModel, model: str, threads: int, cache_dir: Path | None, calibration_pairs: list[tuple[str, str]] | None):
-    """Export to ONNX once per model, cached by weights fingerprint, or with calibration pairs, its smoothed
-    int8 version (cached beside it: the first calibration wins); open an ORT session."""
+    """Export to ONNX once per model, cached by its weights' and configs' fingerprints, or with calibration pairs,
+    its smoothed int8 version (cached beside it: the first calibration wins); open an ORT session."""
     import onnxruntime as ort
 
-    from augsbert_ray.models import model_fingerprint
+    from augsbert_ray.models import model_fingerprint, model_settings_digest
 
-    cache = (cache_dir or Path(model) / ".onnx") / model_fingerprint(model).replace("/", "_")
+    name = "-".join(filter(None, (model_fingerprint(model), model_settings_digest(model))))
+    cache = (cache_dir or Path(model) / ".onnx") / name.replace("/", "_")
     if calibration_pairs is None:
         path = cache / "model.onnx"
         if not path.exists():

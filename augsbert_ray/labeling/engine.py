@@ -22,15 +22,17 @@ import ray.data
 
 from augsbert_ray.config import LabelingSpec, SpecError, check_output_dir
 from augsbert_ray.data.formats import input_format
-from augsbert_ray.files import atomic_path, atomic_write_text
+from augsbert_ray.files import atomic_path, atomic_write_text, files_digest
 from augsbert_ray.labeling.backend import check_max_length
 from augsbert_ray.labeling.plan import Shard, expand_inputs, plan_shards
 from augsbert_ray.labeling.scorer import COUNT_KEYS, STATS_KEY, ShardLabeler, calibration_pairs
 from augsbert_ray.labeling.teacher import Teacher, TeacherMember
-from augsbert_ray.models import check_model
+from augsbert_ray.models import check_model, model_settings_digest
 from augsbert_ray.runtime import check_requests, format_seconds, init_ray, log
 
 MANIFEST = "_manifest.json"
+# Entries the job key gained after outputs were labeled: a manifest without them resumes as it did before
+LATER_KEY_ENTRIES = ("teacher_settings", "input_digests")
 
 
 @dataclass
@@ -93,15 +95,18 @@ class LabelJob:
             raise SpecError("labeling.precision int8 quantizes cross-encoders only; a teacher with a bi-encoder runs fp32, bf16 or fp16")
 
     def key(self, shards: list[Shard], output: Path) -> dict[str, Any]:
-        """Input paths relative to ``output``, so that a run directory moved whole still resumes."""
+        """Input paths relative to ``output``, so that a run directory moved whole still resumes; the inputs' and
+        the models' contents, so that an input edited in place or a model's changed config does not."""
         files = sorted({shard.path for shard in shards})
         return {
             "labeler": self.labeler,
+            "teacher_settings": [model_settings_digest(member.model) for member in self.teacher.members],
             "precision": self.spec.precision,
             "max_seq_length": self.spec.max_seq_length,
             "text_columns": list(self.text_columns),
             "strategy": self.strategy,
             "inputs": [[os.path.relpath(path, output), Path(path).stat().st_size] for path in files],
+            "input_digests": [files_digest([Path(path)])[:16] for path in files],
             "shard_rows": self.spec.shard_rows,
         }
 
@@ -171,6 +176,8 @@ def prepare_output(output: Path, key: dict[str, Any], shards: list[Shard]) -> di
     manifest = output / MANIFEST
     if manifest.exists():
         previous = json.loads(manifest.read_text(encoding="utf-8")).get("job")
+        if previous is not None:
+            previous = {**{name: key[name] for name in LATER_KEY_ENTRIES if name not in previous}, **previous}
         if previous != key:
             changed = sorted(name for name in key if previous is None or previous.get(name) != key[name])
             raise SpecError(f"{output} holds labels from other settings ({', '.join(changed)} differ); label into another directory")
