@@ -957,6 +957,48 @@ def test_label_rejects_a_jsonl_line_of_two_objects(ray_session, tiny_cross_encod
         (1, "2 JSON objects on one line; JSON Lines has one per line"), (2, "empty sentence")]
 
 
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+@pytest.mark.parametrize("where", ["first", "middle"])
+def test_a_record_longer_than_arrows_block_is_read(tmp_path: Path, fmt: str, where: str) -> None:
+    """Before: `cannot read as jsonl: straddling object straddles two block boundaries (try to increase block
+    size?)` (JSONL, CSV sentences), or that line naming the shard (CSV pairs): arrow reads 1 MiB blocks."""
+    from augsbert_ray.data.formats import read_schema
+    from augsbert_ray.data.sentences import read_sentences
+    from augsbert_ray.labeling.plan import plan_shards, read_shard
+
+    long = "word " * 600_000  # 3 MB: arrow stops at a record that crosses two block boundaries
+    pairs = [("a b", "c d"), ("e f", "g h")]
+    pairs.insert(0 if where == "first" else 1, (long, "i j"))
+    source, sentences = tmp_path / f"pairs.{fmt}", tmp_path / f"sentences.{fmt}"
+    if fmt == "csv":
+        source.write_text("sentence1,sentence2\n" + "".join(f"{a},{b}\n" for a, b in pairs))
+        sentences.write_text("sentence\n" + "".join(f"{a}\n" for a, _ in pairs))
+    else:
+        source.write_text("".join(json.dumps({"sentence1": a, "sentence2": b}) + "\n" for a, b in pairs))
+        sentences.write_text("".join(json.dumps({"sentence": a}) + "\n" for a, _ in pairs))
+    assert read_schema(str(source), fmt, ("sentence1", "sentence2")).names == ["sentence1", "sentence2"]
+    windows = [window for shard in plan_shards([str(source)], fmt, ("sentence1", "sentence2"), 100) for window in read_shard(shard, 100)]
+    assert [row for window in windows for row in zip(*window.table.to_pydict().values())] == pairs
+    assert [window.lines.tolist() for window in windows] == [[2, 3, 4] if fmt == "csv" else [1, 2, 3]]
+    assert read_sentences(sentences) == [a.strip() for a, _ in pairs]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("", "{file}: an empty file, no record"),
+    ("not json\n[1]\n", "{file}:1: invalid JSON: Expecting value: line 1 column 1 (char 0); no line of the file is a record"),
+    ('{"sentence1": 3, "sentence2": "x"}\n', "{file}:1 field 'sentence1': not text: 3; no line of the file is a record"),
+], ids=["empty", "no-json", "no-text"])
+def test_a_jsonl_input_without_a_record_names_its_first_bad_line(tmp_path: Path, text: str, message: str) -> None:
+    """Before: `cannot read as jsonl: Empty JSON file` for each (the schema came from well-formed lines only)."""
+    from augsbert_ray.data.formats import read_schema
+
+    source = tmp_path / "pairs.jsonl"
+    source.write_text(text)
+    with pytest.raises(SpecError) as raised:
+        read_schema(str(source), "jsonl", ("sentence1", "sentence2"))
+    assert str(raised.value) == message.format(file=source)
+
+
 def test_a_parquet_string_view_column_is_text(tmp_path: Path) -> None:
     """Polars and newer pyarrow can write string_view columns; they were refused as 'not text'."""
     from augsbert_ray.data.formats import read_schema

@@ -18,7 +18,7 @@ from augsbert_ray.config import SUFFIX_FORMATS, SpecError, is_text_type
 # what `augsbert label` and sentence files read (gold files also take tsv and the named formats)
 FORMATS = ("parquet", "csv", "jsonl")
 SUFFIXES = {suffix: fmt for suffix, fmt in SUFFIX_FORMATS.items() if fmt in FORMATS}
-CSV_BLOCK = 1 << 20  # bytes of a CSV file whose records give its column types (arrow's default block)
+ARROW_BLOCK = 1 << 20  # arrow's default block; also the bytes of a CSV or JSONL file whose records give its column types
 
 
 def input_format(files: list[str], fmt: str | None) -> str:
@@ -48,13 +48,7 @@ def read_schema(path: str, fmt: str, text_columns: tuple[str, str]) -> pa.Schema
         elif fmt == "csv":
             schema = _csv_schema(path, text_columns)
         else:
-            with open(path, "rb") as handle:
-                head = handle.read(1 << 20)
-            if head.lstrip().startswith(b"["):
-                raise SpecError(f"{path}: a JSON array; {fmt} is JSON Lines, one object per line")
-            lines = (head[: head.rfind(b"\n") + 1] or head).split(b"\n")
-            # types from the well-formed lines: a malformed one is rejected by read_shard, with its line number
-            schema = pajson.read_json(io.BytesIO(b"\n".join(line for line in lines if json_record_problem(line, text_columns) is None))).schema
+            schema = _jsonl_schema(path, text_columns)
     except SpecError:
         raise
     except (OSError, pa.ArrowException, ValueError) as exc:
@@ -73,11 +67,40 @@ def read_schema(path: str, fmt: str, text_columns: tuple[str, str]) -> pa.Schema
     return schema
 
 
+def whole_block(size: int) -> int:
+    """An arrow block size that holds ``size`` bytes: arrow's readers stop at a record longer than their block."""
+    return min(max(ARROW_BLOCK, size), 2**31 - 1)
+
+
+def _jsonl_schema(path: str, text_columns: tuple[str, str]) -> pa.Schema:
+    """The types arrow infers from the first MiB of well-formed lines (a malformed one is rejected by read_shard,
+    with its line number); a first record may be longer than that."""
+    records, size, first_problem = [], 0, None
+    with open(path, "rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not records and first_problem is None and line.lstrip().startswith(b"["):
+                raise SpecError(f"{path}: a JSON array; jsonl is JSON Lines, one object per line")
+            if not line.strip():
+                continue
+            problem = json_record_problem(line, text_columns)
+            if problem is None:
+                records.append(line)
+                size += len(line)
+                if size >= ARROW_BLOCK:
+                    break
+            elif first_problem is None:
+                first_problem = f"{path}:{number}{problem}"
+    if not records:
+        raise SpecError(f"{first_problem}; no line of the file is a record" if first_problem else f"{path}: an empty file, no record")
+    data = b"".join(records)
+    return pajson.read_json(io.BytesIO(data), read_options=pajson.ReadOptions(block_size=whole_block(len(data)))).schema
+
+
 def _csv_schema(path: str, text_columns: tuple[str, str]) -> pa.Schema:
     """The columns of the header, with the types arrow infers from the first block. A record that is malformed or not
     UTF-8 is not the file's fault as a whole: read_shard rejects it, and here it is skipped or read with U+FFFD."""
     with open(path, "rb") as handle:
-        head = handle.read(2 * CSV_BLOCK)
+        head = handle.read(2 * ARROW_BLOCK)
     try:
         head.split(b"\n", 1)[0].decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -85,7 +108,7 @@ def _csv_schema(path: str, text_columns: tuple[str, str]) -> pa.Schema:
     skip = pacsv.ParseOptions(invalid_row_handler=lambda row: "skip")
     convert = pacsv.ConvertOptions(column_types=string_types(text_columns))
     text = io.BytesIO(head.decode("utf-8", errors="replace").encode())  # a first block of U+FFFD, not an error
-    with pacsv.open_csv(text, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK), parse_options=skip, convert_options=convert) as reader:
+    with pacsv.open_csv(text, read_options=pacsv.ReadOptions(block_size=ARROW_BLOCK), parse_options=skip, convert_options=convert) as reader:
         return reader.schema
 
 

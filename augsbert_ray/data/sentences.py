@@ -10,7 +10,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from augsbert_ray.config import SpecError
-from augsbert_ray.data.formats import input_format, json_record_problem, read_schema
+from augsbert_ray.data.formats import input_format, json_record_problem, read_schema, whole_block
 
 SENTENCE = "sentence"
 
@@ -61,7 +61,8 @@ def _csv_sentences(path: Path, what: str) -> pa.ChunkedArray:
         return "error"
 
     try:
-        return pacsv.read_csv(path, read_options=pacsv.ReadOptions(use_threads=False),  # one thread: line numbers
+        # one thread: line numbers; one block: a record may be longer than arrow's default
+        return pacsv.read_csv(path, read_options=pacsv.ReadOptions(use_threads=False, block_size=whole_block(path.stat().st_size)),
                               parse_options=pacsv.ParseOptions(invalid_row_handler=refuse),
                               convert_options=pacsv.ConvertOptions(column_types={SENTENCE: pa.string()}, include_columns=[SENTENCE])
                               ).column(SENTENCE)
@@ -77,7 +78,8 @@ def _jsonl_sentences(path: Path, what: str) -> pa.ChunkedArray:
     its line number."""
     options = pajson.ParseOptions(explicit_schema=pa.schema([(SENTENCE, pa.string())]), unexpected_field_behavior="ignore")
     try:
-        return pajson.read_json(path, parse_options=options).column(SENTENCE)
+        return pajson.read_json(path, read_options=pajson.ReadOptions(block_size=whole_block(path.stat().st_size)),
+                                parse_options=options).column(SENTENCE)
     except pa.ArrowInvalid as exc:
         with path.open("rb") as handle:
             for number, line in enumerate(handle, start=1):

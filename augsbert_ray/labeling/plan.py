@@ -21,7 +21,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from augsbert_ray.config import SpecError, is_text_type
-from augsbert_ray.data.formats import SUFFIXES, read_schema
+from augsbert_ray.data.formats import SUFFIXES, read_schema, whole_block
 from augsbert_ray.data.rejects import RECORD, Reject, bad_utf8
 
 SCAN_CHUNK = 4 << 20  # bytes per step when finding CSV/JSONL record boundaries
@@ -205,8 +205,10 @@ def _read_csv(shard: Shard, data: bytes) -> tuple[pa.Table, np.ndarray, list[Rej
         rejects.append(Reject(shard.path, int(record_lines[row.number - 1]), RECORD, reason, row.text[:200]))
         return "skip"
 
-    # one thread: only then does arrow know the record number of a bad record or value
-    options = pacsv.ReadOptions(column_names=shard.schema.names, skip_rows=header, use_threads=False)
+    # one thread: only then does arrow know the record number of a bad record or value; one block for the shard:
+    # a record longer than arrow's default block would stop it
+    options = pacsv.ReadOptions(column_names=shard.schema.names, skip_rows=header, use_threads=False,
+                                block_size=whole_block(len(data)))
     convert = pacsv.ConvertOptions(column_types=dict(zip(shard.schema.names, shard.schema.types)))
     try:
         table = pacsv.read_csv(io.BytesIO(data), read_options=options, parse_options=pacsv.ParseOptions(invalid_row_handler=reject),
@@ -259,9 +261,10 @@ def _read_jsonl(shard: Shard, data: bytes) -> tuple[pa.Table, np.ndarray, list[R
     """Each non-blank line is a record. When the shard does not parse at once, each line is parsed alone to
     reject the bad ones."""
     parse = pajson.ParseOptions(explicit_schema=shard.schema, unexpected_field_behavior="ignore")
+    read = pajson.ReadOptions(block_size=whole_block(len(data)))  # one block: a line may be longer than arrow's default
     lines = [(shard.first_line + index, line) for index, line in enumerate(data.split(b"\n")) if line.strip()]
     try:
-        table = pajson.read_json(io.BytesIO(data), parse_options=parse)
+        table = pajson.read_json(io.BytesIO(data), read_options=read, parse_options=parse)
         table.validate(full=True)  # arrow's JSON reader takes text that is not UTF-8; the labeler's decoding would fail
         if table.num_rows == len(lines):  # else a line holds more than one object: found line by line below
             return table, np.array([number for number, _ in lines], dtype=np.int64), []
@@ -275,7 +278,7 @@ def _read_jsonl(shard: Shard, data: bytes) -> tuple[pa.Table, np.ndarray, list[R
             rejects.append(bad_utf8(shard.path, number, line))
             continue
         try:
-            objects = pajson.read_json(io.BytesIO(line), parse_options=parse).num_rows
+            objects = pajson.read_json(io.BytesIO(line), read_options=read, parse_options=parse).num_rows
             if objects != 1:
                 rejects.append(Reject(shard.path, number, RECORD, f"{objects} JSON objects on one line; JSON Lines has one per line",
                                       line[:200].decode("utf-8", errors="replace")))
@@ -286,5 +289,6 @@ def _read_jsonl(shard: Shard, data: bytes) -> tuple[pa.Table, np.ndarray, list[R
             column = re.search(r"Column\(/([^)]+)\)", detail)
             rejects.append(Reject(shard.path, number, column[1] if column else RECORD, f"invalid JSON record: {detail}",
                                   line[:200].decode("utf-8", errors="replace")))
-    table = pajson.read_json(io.BytesIO(b"\n".join(line for _, line in good)), parse_options=parse) if good else shard.schema.empty_table()
+    table = (pajson.read_json(io.BytesIO(b"\n".join(line for _, line in good)), read_options=read, parse_options=parse) if good
+             else shard.schema.empty_table())
     return table, np.array([number for number, _ in good], dtype=np.int64), rejects
