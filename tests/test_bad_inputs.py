@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -999,6 +1000,31 @@ def test_a_jsonl_input_without_a_record_names_its_first_bad_line(tmp_path: Path,
     assert str(raised.value) == message.format(file=source)
 
 
+def test_a_sentence_of_invisible_characters_is_empty(tmp_path: Path) -> None:
+    """A zero-width space, a BOM or a soft hyphen alone reach the model as an empty sentence. Before: gold kept the
+    pair, labeling scored it, and a sentence list kept it as a sentence (`str.strip` leaves them)."""
+    from augsbert_ray.config import SourceSpec
+    from augsbert_ray.data import read_pairs
+    from augsbert_ray.labeling.scorer import check_pairs
+
+    invisible = ["\u200b", "\ufeff \u200b", "\u00ad", "\u2060\t"]
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text("".join(json.dumps({"sentence1": text, "sentence2": "a dog", "label": 0.5}) + "\n" for text in invisible)
+                    + json.dumps({"sentence1": "a cat\u200b", "sentence2": "a dog", "label": 0.5}) + "\n")
+    result = read_pairs(SourceSpec(path=gold), "regression")
+    assert result.table.column("sentence1").to_pylist() == ["a cat\u200b"]
+    assert [(r.line, r.field, r.reason) for r in result.rejects] == [(line, "sentence1", "empty sentence") for line in range(1, 5)]
+
+    pairs = pa.table({"sentence1": [*invisible, "a cat"], "sentence2": ["a dog"] * 5})
+    valid, rejects = check_pairs(pairs, ("sentence1", "sentence2"), "pairs.jsonl", np.arange(1, 6))
+    assert valid.tolist() == [False] * 4 + [True]
+    assert [(r.line, r.reason) for r in rejects] == [(line, "empty sentence") for line in range(1, 5)]
+
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("\n".join([*invisible, "a cat", "a dog"]) + "\n")
+    assert read_sentences(sentences) == ["a cat", "a dog"]
+
+
 def test_a_parquet_string_view_column_is_text(tmp_path: Path) -> None:
     """Polars and newer pyarrow can write string_view columns; they were refused as 'not text'."""
     from augsbert_ray.data.formats import read_schema
@@ -1024,19 +1050,21 @@ def test_run_refuses_sampling_the_pool_cannot_give_before_any_fit(ray_session, t
     assert re.fullmatch(r"augsbert run: error: sampling.kde_pool 100000: the \d+ sentences make only \d+ pairs that are not gold", line), line
 
 
-@pytest.mark.parametrize("kind", ["header-only-csv", "empty-parquet", "all-rejected"])
+@pytest.mark.parametrize("kind", ["header-only-csv", "empty-parquet", "all-rejected", "all-rejected-int8"])
 def test_label_warns_when_nothing_is_labeled(ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys, kind: str) -> None:
-    """Before: exit 0 and no word of it."""
+    """Before: exit 0 and no word of it; at int8, `ValueError: --precision int8 calibrates on the input's first
+    pairs, and it has no pair with two sentences`, exit 1."""
     if kind == "empty-parquet":
         data = tmp_path / "pairs.parquet"
         pq.write_table(pa.table({"sentence1": pa.array([], pa.string()), "sentence2": pa.array([], pa.string())}), data)
     else:
         data = tmp_path / "pairs.csv"
-        data.write_text("sentence1,sentence2\n" + (" ,a dog\na cat,\n" if kind == "all-rejected" else ""))
-    code, out, err = label(capsys, tiny_cross_encoder, data, tmp_path / "out")
+        data.write_text("sentence1,sentence2\n" + (" ,a dog\na cat,\n" if kind.startswith("all-rejected") else ""))
+    code, out, err = label(capsys, tiny_cross_encoder, data, tmp_path / "out", *(["--precision", "int8"] if kind.endswith("int8") else []))
     assert code == 0, err
-    why = f"every pair was rejected (see {tmp_path / 'out' / '_rejects.jsonl'})" if kind == "all-rejected" else "the input holds no pairs"
-    pairs_in = 2 if kind == "all-rejected" else 0
+    rejected = kind.startswith("all-rejected")
+    why = f"every pair was rejected (see {tmp_path / 'out' / '_rejects.jsonl'})" if rejected else "the input holds no pairs"
+    pairs_in = 2 if rejected else 0
     assert f"pairs in {pairs_in} = labeled 0 + rejected {pairs_in}" in out
     assert err.endswith(f"augsbert label: warning: 0 pairs labeled ({pairs_in} pairs in): {why}\n")
 

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from augsbert_ray.config import ColumnMap, FileFormat, SourceSpec, TaskType
 from augsbert_ray.data.formats import json_record
-from augsbert_ray.data.rejects import RECORD, Reject, bad_utf8
+from augsbert_ray.data.rejects import EMPTY, RECORD, Reject, bad_utf8, is_blank
 
 MISSING_FIELD = "missing field"  # the reason of a reject whose field is absent or blank
 DEFAULT_SCORE_RANGE: dict[str, tuple[float, float]] = {"stsb": (0.0, 5.0)}
@@ -221,8 +221,8 @@ def validate_rows(
                 problem = Reject(str(path), row.line, key, MISSING_FIELD, row.text)
             elif not isinstance(value, str):  # a JSON number or object, a Parquet int
                 problem = Reject(str(path), row.line, key, f"not text: {value!r}"[:200], row.text)
-            elif not value.strip():
-                problem = Reject(str(path), row.line, key, "empty sentence", row.text)
+            elif is_blank(value):
+                problem = Reject(str(path), row.line, key, EMPTY, row.text)
             if problem:
                 break
         if problem is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -20,6 +21,15 @@ class Reject:
 
 
 RECORD = "(line)"  # the field of a reject for a record that could not be read at all
+EMPTY = "empty sentence"
+# whitespace, control and format characters (a zero-width space, a BOM, a soft hyphen): a sentence of these alone
+# reaches the model as an empty one
+INVISIBLE = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf"})
+
+
+def is_blank(text: str) -> bool:
+    """Whether ``text`` has no visible character (``"\u200b "`` has none)."""
+    return all(unicodedata.category(char) in INVISIBLE for char in text)
 
 
 def bad_utf8(file: str | Path, line: int, raw: bytes) -> Reject:

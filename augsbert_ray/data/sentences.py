@@ -11,14 +11,15 @@ import pyarrow.parquet as pq
 
 from augsbert_ray.config import SpecError
 from augsbert_ray.data.formats import input_format, json_record_problem, read_schema, whole_block
+from augsbert_ray.data.rejects import is_blank
 
 SENTENCE = "sentence"
 
 
 def read_sentences(path: Path, what: str = "--sentences") -> list[str]:
     """One sentence per line (.txt), or the `sentence` column of a csv/jsonl/parquet file, read as text whatever
-    its values look like; blank ones skipped. A malformed record stops the read with a SpecError naming its file and
-    line. ``what`` names the option or field in error messages.
+    its values look like; blank ones (no visible character) skipped. A malformed record stops the read with a
+    SpecError naming its file and line. ``what`` names the option or field in error messages.
 
     Args:
         path: The file; a .txt or suffix-less file is read as lines, else the format comes from the suffix.
@@ -45,7 +46,7 @@ def read_sentences(path: Path, what: str = "--sentences") -> list[str]:
         else:
             column = (_csv_sentences if fmt == "csv" else _jsonl_sentences)(path, what)
         sentences = [s.strip() for s in column.to_pylist() if s]
-    sentences = [s for s in sentences if s]
+    sentences = [s for s in sentences if not is_blank(s)]
     if len(set(sentences)) < 2:
         raise SpecError(f"{what} {path}: needs at least two distinct non-empty sentences")
     return sentences

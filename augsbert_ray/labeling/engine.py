@@ -340,8 +340,11 @@ def _labeler_settings(pending: list[Shard], output: Path, job: LabelJob, calibra
         "shards": pending, "output": str(output), "teacher": job.teacher, "labeler": job.labeler,
         "text_columns": tuple(job.text_columns), "batch_size": spec.batch_size,
         "threads": spec.threads_per_actor or max(1, int(spec.cpus_per_actor)),
-        "precision": spec.precision, "runtime": spec.runtime, "max_seq_length": spec.max_seq_length, "strategy": job.strategy,
-        "calibration": calibration,
+        # int8 with nothing to calibrate on: the input has no pair with two sentences, so each is a reject and no
+        # pair is scored; fp32 loads without calibration
+        "precision": "fp32" if calibration == [] else spec.precision,
+        "runtime": spec.runtime, "max_seq_length": spec.max_seq_length, "strategy": job.strategy,
+        "calibration": calibration or None,
         "onnx_cache": str(output / "_onnx" if job.onnx_cache is None or spec.precision == "int8" else job.onnx_cache),
     }
 

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from augsbert_ray.config import SpecError
-from augsbert_ray.data.rejects import Reject
+from augsbert_ray.data.rejects import EMPTY, Reject, is_blank
 from augsbert_ray.files import atomic_path, atomic_write_text
 from augsbert_ray.labeling.backend import CALIBRATION_PAIRS, EmbeddingModel, PairModel
 from augsbert_ray.labeling.plan import Shard, read_shard
@@ -39,7 +39,7 @@ def output_schema(schema: pa.Schema) -> pa.Schema:
 
 
 def is_sentence(text: str | None) -> bool:
-    return text is not None and bool(text.strip())
+    return text is not None and not is_blank(text)
 
 
 def check_pairs(table: pa.Table, text_columns: tuple[str, str], path: str, lines: np.ndarray) -> tuple[np.ndarray, list[Reject]]:
@@ -54,7 +54,7 @@ def check_pairs(table: pa.Table, text_columns: tuple[str, str], path: str, lines
             if not is_sentence(text):
                 valid[row] = False
                 other = columns[text_columns[1] if name == text_columns[0] else text_columns[0]][row]
-                rejects.append(Reject(path, int(lines[row]), name, "missing sentence" if text is None else "empty sentence", other or ""))
+                rejects.append(Reject(path, int(lines[row]), name, "missing sentence" if text is None else EMPTY, other or ""))
                 break
     return valid, rejects
 
