@@ -608,7 +608,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 USER_ERRORS = (SpecError, FileNotFoundError, ValueError, ModelPartsError)
-# Raised on purpose inside Ray tasks and workers for bad input: within a Ray failure, only these are user errors.
+# Raised on purpose inside Ray tasks and workers for bad input: within a Ray failure, only these (and a model's
+# UnusableScores) are user errors.
 RAISED_USER_ERRORS = (SpecError, FileNotFoundError, ModelPartsError)
 
 
@@ -636,13 +637,15 @@ def ray_failure(exc: BaseException) -> tuple[str, int] | None:
     from ray.train import TrainingFailedError
     from ray.tune import TuneError
 
+    from augsbert_ray.evaluation.metrics import UnusableScores
+
     chain = causes(exc)
     if not any(isinstance(link, (RayError, TrainingFailedError, TuneError)) for link in chain):
         return None
     root = chain[-1]
     # Ray Data appends its retry advice to the message: the first line is the cause's own
     message = (str(root).strip().splitlines() or ["(no message)"])[0]
-    if isinstance(root, RAISED_USER_ERRORS):
+    if isinstance(root, (*RAISED_USER_ERRORS, UnusableScores)):
         return message, 2
     if isinstance(root, RayError):
         # the cause stayed in the worker (Ray Data's UserCodeException, an actor that failed to start): the text of

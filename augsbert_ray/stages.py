@@ -25,7 +25,7 @@ import ray
 
 from augsbert_ray.config import TOP_K_STRATEGIES, BiEncoderSpec, DataSpec, JobSpec, SamplingSpec, SpecError
 from augsbert_ray.data import GoldData, check_gold_usable, check_reject_fractions, load_gold, read_sentences, write_rejects
-from augsbert_ray.evaluation import Evaluation, dev_metric, evaluate_on_ray, metrics_from_scores, score_pairs_on_ray
+from augsbert_ray.evaluation import Evaluation, check_scores, dev_metric, evaluate_on_ray, metrics_from_scores, score_pairs_on_ray
 from augsbert_ray.files import atomic_write_text
 from augsbert_ray.labeling import LabelJob, Teacher, TeacherMember, label_dataset, labels_in_process
 from augsbert_ray.layout import PROGRESS_FILE, RunLayout, TrainFile, bi_encoder_name, silver_files
@@ -339,9 +339,12 @@ def check_teacher(ctx: RunContext, teacher: Teacher, calibration: GoldData, stud
     dev_labels = dev.column("label").to_numpy().astype(np.float64)
     student_ref = score_pairs_on_ray("bi_encoder", str(student_dir), dev, spec.evaluation.cpus, spec.evaluation.gpus)
     dev_scores = score_members(spec, teacher, dev)
+    student_scores = np.asarray(ray.get(student_ref))
+    for model, scores in [*((m.model, s) for m, s in zip(teacher.members, dev_scores)), (str(student_dir), student_scores)]:
+        check_scores(scores, f"teacher gate: {model}: dev split")  # before: a NaN gate let a diverged teacher label
     teacher = calibrate_teacher(ctx, teacher, calibration, scored=(dev, dev_scores))
     teacher_dev = dev_metric(spec.evaluation_task, teacher.combine(dev_scores), dev_labels)
-    student_dev = dev_metric(spec.evaluation_task, np.asarray(ray.get(student_ref)), dev_labels)
+    student_dev = dev_metric(spec.evaluation_task, student_scores, dev_labels)
     record = {
         "kind": teacher.kind, "labeler": teacher.labeler, "teacher_dev": round(teacher_dev, 4),
         "student": student_dir.name, "student_dev": round(student_dev, 4), "better": teacher_dev > student_dev,
@@ -584,9 +587,9 @@ def evaluate_models(ctx: RunContext, checked: CheckedTeacher, bi_encoders: list[
             for name, (kind, model) in jobs.items()}
     dev_labels, test_labels = (split.column("label").to_numpy() for split in (eval_set.dev, eval_set.test))
     test_scores = [np.asarray(scores) for scores in ray.get(test_refs)]
-    evaluations = {Path(m.model).name: metrics_from_scores(task, dev, dev_labels, test, test_labels)
+    evaluations = {Path(m.model).name: metrics_from_scores(task, dev, dev_labels, test, test_labels, m.model)
                    for m, dev, test in zip(teacher.members, checked.dev_scores, test_scores)}
     if len(teacher.members) > 1:
         evaluations["teacher"] = metrics_from_scores(task, teacher.combine(checked.dev_scores), dev_labels,
-                                                     teacher.combine(test_scores), test_labels)
+                                                     teacher.combine(test_scores), test_labels, teacher.labeler)
     return {**evaluations, **{name: ray.get(ref) for name, ref in refs.items()}}

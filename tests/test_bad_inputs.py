@@ -30,6 +30,7 @@ from ray.train import WorkerGroupError
 from augsbert_ray.auth import InsecureTokenError, check_token_file
 from augsbert_ray.cli import main, ray_failure
 from augsbert_ray.config import SpecError, load_spec
+from augsbert_ray.evaluation import UnusableScores
 from augsbert_ray.data import check_gold_usable, load_gold, read_sentences
 from augsbert_ray.pipeline import run_metrics
 from augsbert_ray.stages import RunContext, Silver, read_gold
@@ -1188,6 +1189,8 @@ def test_ray_failure_finds_the_root_cause(ray_session) -> None:
 
     assert ray_failure(raised(KeyError("no column 'x'"))) == ("KeyError: \"no column 'x'\"", 1)
     assert ray_failure(raised(SpecError("pairs.csv:7 field 'label': bad"))) == ("pairs.csv:7 field 'label': bad", 2)
+    collapsed = "models/sbert: dev split: all 4 scores are 1 (a fit that collapsed?)"  # an evaluation task's: was exit 1
+    assert ray_failure(raised(UnusableScores(collapsed))) == (collapsed, 2)
     try:
         raise RuntimeError("tuning sbert cull: 1 trial(s) failed: seed42") from raised(ZeroDivisionError("division by zero"))
     except RuntimeError as chained:

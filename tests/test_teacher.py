@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 from augsbert_ray.cli import main
 from augsbert_ray.config import JobSpec, LabelingSpec, SpecError
 from augsbert_ray.data import GoldData
-from augsbert_ray.evaluation import metrics_from_scores, spearman_x100
+from augsbert_ray.evaluation import UnusableScores, metrics_from_scores, spearman_x100
 from augsbert_ray.labeling import LabelJob, Teacher, TeacherMember, label_files
 from augsbert_ray.models import resolve_model
 from augsbert_ray.stages import RunContext, check_teacher
@@ -218,6 +219,22 @@ def test_gate_passes_a_better_teacher(tiny_bi_encoder: Path, ray_session, data_d
     assert not [record for record in caplog.records if record.levelname == "WARNING"]
 
 
+def test_gate_stops_a_teacher_whose_scores_are_all_equal(tiny_cross_encoder: Path, tiny_bi_encoder: Path, ray_session, data_dir: Path,
+                                                         tmp_path: Path) -> None:
+    """A cross-encoder whose head ignores its input (a fit that collapsed). Before: its dev Spearman was NaN, the
+    gate logged `NOT better by +nan` and the run labeled with it."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    collapsed = tmp_path / "collapsed"
+    shutil.copytree(tiny_cross_encoder, collapsed)
+    weights = load_file(collapsed / "model.safetensors")
+    save_file({**weights, "classifier.weight": torch.zeros_like(weights["classifier.weight"])}, collapsed / "model.safetensors")
+    ctx, gold = gate_setup(tmp_path, data_dir, require=False)
+    with pytest.raises(UnusableScores, match=rf"^teacher gate: {collapsed}: dev split: all 200 scores are [\d.]+ \(a fit that collapsed\?\)$"):
+        check_teacher(ctx, Teacher.cross_encoder(str(collapsed)), gold, tiny_bi_encoder, gold.dev)
+
+
 def test_a_trained_teacher_is_linked_into_the_run_not_copied(tiny_bi_encoder: Path, tmp_path: Path) -> None:
     from augsbert_ray.stages import copy_trained_model
 
@@ -244,7 +261,11 @@ def test_a_member_or_labels_without_spread_cannot_be_calibrated() -> None:
     assert teacher.calibrated([spread, spread[::-1]], labels).members[1].scale < 0  # an anti-correlated member is flipped
 
 
-def test_non_finite_scores_are_an_error_not_a_nan_threshold() -> None:
-    """Before: a NaN score became the threshold, and F1 on dev and test dropped to 0."""
-    with pytest.raises(ValueError, match="dev split: 1 of 4 scores are NaN or infinite"):
-        metrics_from_scores("classification", np.array([np.nan, 0.8, 0.2, 0.1]), np.array([1, 1, 1, 0]), np.array([0.9, 0.1]), np.array([1, 0]))
+def test_non_finite_or_constant_scores_are_an_error_not_a_nan_metric() -> None:
+    """Before: a NaN score became the threshold, and F1 on dev and test dropped to 0; scores all equal gave a NaN
+    Spearman, written into metrics.json (and the teacher gate let such a teacher label: `NOT better by +nan`)."""
+    labels = np.array([1, 1, 1, 0])
+    with pytest.raises(UnusableScores, match=r"^dev split: 1 of 4 scores are NaN or infinite"):
+        metrics_from_scores("classification", np.array([np.nan, 0.8, 0.2, 0.1]), labels, np.array([0.9, 0.1]), np.array([1, 0]))
+    with pytest.raises(UnusableScores, match=r"^models/sbert: test split: all 2 scores are 0.5 \(a fit that collapsed\?\)$"):
+        metrics_from_scores("regression", np.array([0.9, 0.8, 0.2, 0.1]), labels, np.array([0.5, 0.5]), np.array([1, 0]), "models/sbert")

@@ -12,7 +12,7 @@ import ray
 
 from augsbert_ray.config import TaskType
 from augsbert_ray.evaluation.metrics import (
-    auc_at_fpr, best_threshold, check_finite, dev_metric, f1_at, jaccard_scores, spearman_x100,
+    UnusableScores, auc_at_fpr, best_threshold, check_scores, dev_metric, f1_at, jaccard_scores, spearman_x100,
 )
 from augsbert_ray.labeling.teacher import Teacher
 from augsbert_ray.runtime import configure_torch_threads
@@ -95,10 +95,11 @@ def score_pairs_on_ray(kind: ScorerKind, model: str | None, table: pa.Table, cpu
 
 
 def metrics_from_scores(
-    task: TaskType, dev_scores: np.ndarray, dev_labels: np.ndarray, test_scores: np.ndarray, test_labels: np.ndarray
+    task: TaskType, dev_scores: np.ndarray, dev_labels: np.ndarray, test_scores: np.ndarray, test_labels: np.ndarray,
+    model: str | None = None,
 ) -> Evaluation:
     """The task's metric on dev and test from their scores: Spearman x100, or F1 x100 at the threshold best on dev
-    with AUC(0.05) of both.
+    with AUC(0.05) of both. Scores that are NaN, infinite or all equal are an UnusableScores error naming ``model``.
 
     Args:
         task: ``regression`` or ``classification`` (labels 0/1).
@@ -106,6 +107,7 @@ def metrics_from_scores(
         dev_labels: The dev labels, as many.
         test_scores: One score per test pair.
         test_labels: The test labels, as many.
+        model: What scored them, for the error message.
 
     Example:
         ::
@@ -114,7 +116,7 @@ def metrics_from_scores(
                                 test_scores, gold.test.column("label").to_numpy()).test
     """
     for split, scores in (("dev", dev_scores), ("test", test_scores)):
-        check_finite(np.asarray(scores, dtype=np.float64), f"{split} split")
+        check_scores(scores, f"{model}: {split} split" if model else f"{split} split")
     if task == "regression":
         return Evaluation(dev=spearman_x100(dev_scores, dev_labels), test=spearman_x100(test_scores, test_labels))
     threshold = best_threshold(dev_scores, dev_labels)
@@ -151,10 +153,7 @@ def evaluate(kind: ScorerKind, model: str | None, task: TaskType, dev: pa.Table,
     dev_s1, dev_s2, dev_labels = _columns(dev)
     test_s1, test_s2, test_labels = _columns(test)
     scores = score_pairs(kind, model, dev_s1 + test_s1, dev_s2 + test_s2, threads)
-    try:
-        return metrics_from_scores(task, scores[: len(dev_s1)], dev_labels, scores[len(dev_s1) :], test_labels)
-    except ValueError as exc:  # non-finite scores: name the model
-        raise ValueError(f"{model or kind}: {exc}") from None
+    return metrics_from_scores(task, scores[: len(dev_s1)], dev_labels, scores[len(dev_s1) :], test_labels, model or kind)
 
 
 def evaluate_on_ray(
@@ -183,8 +182,10 @@ def evaluate_on_ray(
 
 __all__ = [
     "Evaluation",
+    "UnusableScores",
     "auc_at_fpr",
     "best_threshold",
+    "check_scores",
     "dev_metric",
     "evaluate",
     "evaluate_on_ray",

@@ -52,11 +52,30 @@ def f1_at(scores: Sequence[float], labels: Sequence[int], threshold: float) -> f
     return float(200 * precision * recall / (precision + recall))
 
 
+class UnusableScores(ValueError):
+    """A model's scores that no metric can rank: NaN or infinite, or one value for every pair."""
+
+
 def check_finite(scores: np.ndarray, what: str) -> None:
-    """Scores that are NaN or infinite (a model whose fit diverged) have no rank or threshold: a ValueError."""
+    """Scores that are NaN or infinite (a model whose fit diverged) have no rank or threshold: UnusableScores."""
     bad = int(np.count_nonzero(~np.isfinite(scores)))
     if bad:
-        raise ValueError(f"{what}: {bad} of {len(scores)} scores are NaN or infinite (a fit that diverged?)")
+        raise UnusableScores(f"{what}: {bad} of {len(scores)} scores are NaN or infinite (a fit that diverged?)")
+
+
+def check_scores(scores: np.ndarray, what: str) -> None:
+    """``check_finite``, and scores that differ: one score for every pair (a model whose fit collapsed) has no
+    Spearman, and its F1 is that of calling every pair positive.
+
+    Example:
+        ::
+
+            check_scores(np.array([0.7, 0.7, 0.7]), "models/sbert: dev split")  # UnusableScores
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    check_finite(scores, what)
+    if len(scores) > 1 and np.ptp(scores) == 0:
+        raise UnusableScores(f"{what}: all {len(scores)} scores are {scores[0]:.6g} (a fit that collapsed?)")
 
 
 def best_threshold(scores: Sequence[float], labels: Sequence[int]) -> float:
