@@ -16,8 +16,9 @@ The job specs are read from jobs/ of this source checkout, with RESULTS.md's Min
 Each (experiment, seed) is one `augsbert run` of a job spec in jobs/, with `seed` set (it drives the splits,
 train_limit subsets, sampling and training). Runs land in --runs; on a rerun a finished run (its metrics.json)
 is reused and an unfinished one is resumed (`augsbert run --resume`: its finished fits are kept), so a long
-run can be stopped and continued. Writes docs/RESULTS.md and bench/results/reproduce.json; a hand-written section
-"## What was tried where a target is missed" in the page is kept when the page is written again.
+run can be stopped and continued. Writes docs/RESULTS.md and bench/results/reproduce.json for the whole reproduction,
+else RESULTS.md and reproduce.json in --runs; a hand-written section "## What was tried where a target is missed" in
+the page is kept when the page is written again.
 
 --part splits an in-domain seed into runs that are each short enough for a machine that cannot keep a run across
 sessions (see PARTS and SPLITS): rest + kde, or lexical + semantic + kde where the rest part may not fit in one;
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -156,18 +158,34 @@ def run_one(name: str, seed: int, args: argparse.Namespace, runs: Path) -> None:
 
     base = base_name(name, seed, args)
     run_name = f"{base}_{args.part}" if args.part else base
-    if finished_run(runs, base) or finished_run(runs, run_name):
-        return
     job = EXPERIMENTS[name][0]
     # the first run starts the embedded Ray (inside its run.log), and the later ones join it
     cpus = [f"ray.num_cpus={args.cpus}"] if args.cpus else []
     overrides = [*overrides_for(name, args.quick, args.gpu, args.part), *cpus, *args.set, f"seed={seed}", f"output_dir={runs}",
                  f"name={run_name}"]
+    if finished := finished_run(runs, base) or finished_run(runs, run_name):
+        check_finished_spec(finished, ROOT / job, overrides)
+        return
     unfinished = sorted(path.parent for path in runs.glob(f"{run_name}-*/spec.yaml"))  # stopped runs: continue the latest
     stopped = unfinished[-1] if unfinished else None
     spec = load_spec(ROOT / job, [*overrides, *shared_teacher(runs, base, args.part, stopped)])
     run_dir = run_logged(run_job, spec, stopped, args.verbose, data_dir=args.data_dir)
     (run_dir / "host.json").write_text(json.dumps(host()), encoding="utf-8")
+
+
+def check_finished_spec(run_dir: Path, job: Path, overrides: list[str]) -> None:
+    """A finished run is reused only if it computed what ``job`` with ``overrides`` asks for (before: whatever --set
+    asked). Its strategies (a whole run holds every part's) and a teacher copied from a sibling part may differ."""
+    from augsbert_ray.resume import comparable_spec, describe, flatten
+
+    copied_teacher = [f"{setting}=null" for setting in TEACHER_MODELS.values()]  # may be gone with its sibling
+    then, now = (flatten(comparable_spec(load_spec(path, [*given, *copied_teacher])))
+                 for path, given in ((run_dir / "spec.yaml", []), (job, overrides)))
+    changed = {key: (then.get(key), now.get(key)) for key in sorted(then.keys() | now.keys())
+               if then.get(key) != now.get(key) and key != "sampling.strategies"}
+    if changed:
+        raise SpecError(f"{run_dir} finished with other settings than asked for: {describe(changed)}; give another --runs, or "
+                        "move the run away to run it again")
 
 
 def read_run(run_dir: Path) -> tuple[dict, dict, dict]:
@@ -178,6 +196,9 @@ def read_run(run_dir: Path) -> tuple[dict, dict, dict]:
     if not (isinstance(test, dict) and isinstance(details, dict) and set(test) <= set(details)
             and all(isinstance(score, (int, float)) and isinstance(details[row], dict) for row, score in test.items())):
         raise SpecError(f"{run_dir / 'metrics.json'}: no 'test' scores (numbers) with a 'details' entry for each")
+    unusable = next((row for row, score in test.items() if not math.isfinite(score)), None)
+    if unusable:
+        raise SpecError(f"{run_dir / 'metrics.json'}: the test score of {unusable} is {test[unusable]}, not a number a mean can take")
     spec = _read_mapping(run_dir / "spec.yaml", yaml.safe_load)
     if not isinstance(spec.get("sampling"), dict):
         raise SpecError(f"{run_dir / 'spec.yaml'}: no 'sampling' section")
@@ -273,15 +294,21 @@ def summarize(scores: list[float]) -> dict[str, float | int]:
             "n_seeds": len(scores)}
 
 
-def mean_std(entry: dict) -> str:
-    return f"{entry['mean']:.2f} ± {entry['std']:.2f}" if entry["n_seeds"] > 1 else f"{entry['mean']:.2f} (1 seed)"
+def mean_std(entry: dict, seeds: int) -> str:
+    """Mean ± std, with the number of seeds where it is one, or fewer than the ``seeds`` of its experiment."""
+    n = entry["n_seeds"]
+    text = f"{entry['mean']:.2f} ± {entry['std']:.2f}" if n > 1 else f"{entry['mean']:.2f}"
+    if n < seeds:
+        return f"{text} ({n} of {seeds} seeds)"
+    return text + (" (1 seed)" if n == 1 else "")
 
 
 def cell(results: dict, experiment: str, row: str) -> str:
-    entry = results.get(experiment, {}).get(row)
-    if not entry:
+    rows = results.get(experiment, {})
+    if row not in rows:
         return "not run"
-    return mean_std(entry) + (f" / {mean_std(entry['auc05'])}" if "auc05" in entry else "")
+    seeds, entry = max(other["n_seeds"] for other in rows.values()), rows[row]
+    return mean_std(entry, seeds) + (f" / {mean_std(entry['auc05'], seeds)}" if "auc05" in entry else "")
 
 
 def table(results: dict, experiments: list[str], rows: list[str], headers: list[str]) -> list[str]:
@@ -364,10 +391,12 @@ def deltas(results: dict, specs: dict) -> list[str]:
             lines.append(f"- {experiment}: AugSBERT-BM25 / teacher = {share:.1f}% (target >= 97%: {'met' if round(share, 1) >= 97 else 'missed'})")
         if "augsbert_bm25" in rows and "sbert" in rows:
             gain = rows["augsbert_bm25"]["mean"] - rows["sbert"]["mean"]
-            rs_over_bm25 = rows["augsbert_rs"]["mean"] - rows["augsbert_bm25"]["mean"]
             target = 0.0 if experiment == "mrpc" else 1.5  # MRPC: F1 no lower than SBERT's
-            lines.append(f"- {experiment}: AugSBERT-BM25 - SBERT = {gain:+.2f} ({verdict(gain, target)})"
-                         + f"; AugSBERT-RS - AugSBERT-BM25 = {rs_over_bm25:+.2f} ({verdict(rs_over_bm25, 0.0, at_least=False)})")
+            line = f"- {experiment}: AugSBERT-BM25 - SBERT = {gain:+.2f} ({verdict(gain, target)})"
+            if "augsbert_rs" in rows:  # a run of some strategies may lack it
+                rs_over_bm25 = rows["augsbert_rs"]["mean"] - rows["augsbert_bm25"]["mean"]
+                line += f"; AugSBERT-RS - AugSBERT-BM25 = {rs_over_bm25:+.2f} ({verdict(rs_over_bm25, 0.0, at_least=False)})"
+            lines.append(line)
     for experiment in TRANSFER:
         rows = results.get(experiment, {})
         if "augsbert" in rows and "sbert_source" in rows:
@@ -491,13 +520,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "this page's mean / that set's")
     parser.add_argument("--set", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
                         help="more overrides for every run's spec (several after one --set, or --set again)")
-    parser.add_argument("--results", default=str(ROOT / "docs" / "RESULTS.md"), help="markdown output; its hand-written section "
-                        f"'{NOTES_HEADING[3:]}' is kept (default: %(default)s)")
-    parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "reproduce.json"), help="JSON output (default: %(default)s)")
+    parser.add_argument("--results", help=f"markdown output; its hand-written section '{NOTES_HEADING[3:]}' is kept (default: "
+                        "docs/RESULTS.md for the whole reproduction, every experiment at the default seeds without --part or --quick; "
+                        "else RESULTS.md in --runs, so that a part does not replace the page)")
+    parser.add_argument("--json", help="JSON output (default: bench/results/reproduce.json, or reproduce.json in --runs, as --results)")
 
 
 # what reproduce sets in every run itself, and the option that sets it
 OWN_SETTINGS = {"seed": "--seeds", "output_dir": "--runs", "name": "the experiment and seed"}
+
+
+DEFAULT_SEEDS = [42, 43, 44]
+
+
+def default_outputs(args: argparse.Namespace) -> None:
+    """--results and --json where not given: the committed page and JSON for the whole reproduction, else files in
+    --runs (a quick run, a part or a few seeds would otherwise replace the committed page)."""
+    whole = not (args.quick or args.only or args.part) and args.seeds == DEFAULT_SEEDS
+    args.results = args.results or str(ROOT / "docs" / "RESULTS.md" if whole else Path(args.runs) / "RESULTS.md")
+    args.json = args.json or str(ROOT / "bench" / "results" / "reproduce.json" if whole else Path(args.runs) / "reproduce.json")
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -518,7 +559,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     for flag, output in (("--results", args.results), ("--json", args.json)):
         if not output or Path(output).is_dir():
             raise SpecError(f"{flag} {output!r}: a directory; give a file")
-        if not Path(output).resolve().parent.is_dir():
+        if not Path(output).resolve().parent.is_dir() and Path(output).resolve().parent != Path(args.runs).resolve():  # runs: made
             raise SpecError(f"{flag} {output}: its directory {Path(output).resolve().parent} does not exist")
 
 
@@ -534,7 +575,8 @@ def reproduce(args: argparse.Namespace, command: str) -> int:
         >>> add_arguments(parser)
         >>> reproduce(parser.parse_args(["--quick"]), "augsbert reproduce --quick")  # doctest: +SKIP
     """
-    args.seeds = args.seeds or ([42] if args.quick else [42, 43, 44])
+    args.seeds = args.seeds or ([42] if args.quick else DEFAULT_SEEDS)
+    default_outputs(args)
     check_arguments(args)
     if not args.collect:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the packaged MiniLM: nothing to download
@@ -553,6 +595,7 @@ def reproduce(args: argparse.Namespace, command: str) -> int:
             continue
         results[experiment], specs[experiment] = summary, spec
         seconds = time.perf_counter() - started
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"quick": args.quick, **results}, indent=2), encoding="utf-8")
         write_results(Path(args.results), results, specs, run_info, args, command, seconds, beside)
         print(f"{experiment}: " + ", ".join(f"{row} {v['mean']:.2f}±{v['std']:.2f}" for row, v in results[experiment].items()), flush=True)

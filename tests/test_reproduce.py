@@ -3,6 +3,7 @@
 import argparse
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -280,7 +281,8 @@ def test_reproduce_refuses_bad_options_before_any_run(tmp_path: Path, capsys: py
     ('[1, 2]', "metrics.json: not a mapping but list"),  # before: a traceback (AttributeError)
     ('{"test": {"sbert": "high"}, "details": {"sbert": {}}}', "metrics.json: no 'test' scores (numbers) with a 'details' entry for each"),
     ('{"details": {}}', "metrics.json: no 'test' scores (numbers) with a 'details' entry for each"),  # before: KeyError
-])
+    ('{"test": {"sbert": NaN}, "details": {"sbert": {}}}', "metrics.json: the test score of sbert is nan, not a number a mean can take"),
+])  # NaN: before, statistics.stdev's AttributeError, a traceback
 def test_a_broken_run_file_is_one_line_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture, content: str, message: str) -> None:
     from augsbert_ray.cli import main
 
@@ -290,6 +292,58 @@ def test_a_broken_run_file_is_one_line_naming_it(tmp_path: Path, capsys: pytest.
     assert main(["reproduce", "--collect", "--only", "mrpc", "--seeds", "42", "--runs", str(tmp_path / "runs"),
                  "--results", str(tmp_path / "r.md"), "--json", str(tmp_path / "r.json")]) == 2
     assert capsys.readouterr().err.startswith(f"augsbert reproduce: error: {run_dir / message}")
+
+
+def test_a_run_without_random_sampling_and_a_row_of_fewer_seeds_are_tabulated(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Before: `KeyError: 'augsbert_rs'` (a traceback) for runs of BM25 alone, and a row of 2 of 3 seeds read as a
+    mean over all 3."""
+    from augsbert_ray.cli import main
+
+    for seed, extra in ((42, {"augsbert_ss": 61.0}), (43, {"augsbert_ss": 63.0}), (44, {})):
+        write_run(tmp_path / "runs" / f"mrpc-full-seed{seed}-20261123-230000", ["bm25"], {"sbert": 60.0, "augsbert_bm25": 61.0, **extra}, 1.0)
+    assert main(["reproduce", "--collect", "--only", "mrpc", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "r.md"),
+                 "--json", str(tmp_path / "r.json")]) == 0
+    page = (tmp_path / "r.md").read_text()
+    assert "| 62.00 ± 1.41 (2 of 3 seeds) |" in page and "| 61.00 ± 0.00 |" in page
+    assert "- mrpc: AugSBERT-BM25 - SBERT = +1.00 (target >= +0.0: met)\n" in page
+
+
+@pytest.mark.parametrize(("arguments", "whole"), [
+    ([], True), (["--quick"], False), (["--only", "mrpc"], False), (["--seeds", "42"], False), (["--part", "kde", "--only", "mrpc"], False),
+])
+def test_only_the_whole_reproduction_writes_the_committed_page_by_default(arguments: list[str], whole: bool) -> None:
+    """Before: `--only bws_in_topic --seeds 43 --part kde` (this module's own example) replaced docs/RESULTS.md, of
+    six experiments and three seeds, with a page of one seed."""
+    parser = argparse.ArgumentParser()
+    reproduce.add_arguments(parser)
+    args = parser.parse_args(["--runs", "runs/elsewhere", *arguments])
+    args.seeds = args.seeds or ([42] if args.quick else reproduce.DEFAULT_SEEDS)
+    reproduce.default_outputs(args)
+    expected = ((reproduce.ROOT / "docs" / "RESULTS.md", reproduce.ROOT / "bench" / "results" / "reproduce.json") if whole
+                else (Path("runs/elsewhere/RESULTS.md"), Path("runs/elsewhere/reproduce.json")))
+    assert (Path(args.results), Path(args.json)) == expected
+
+
+def test_a_finished_run_made_with_other_settings_is_not_reused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Before: `--set teacher.kind=bi-encoder` reused the finished cross-encoder run and tabulated it as asked for."""
+    from augsbert_ray.cli import main
+    from augsbert_ray.config import dump_spec, load_spec
+
+    runs = tmp_path / "runs"
+    run_dir = runs / "mrpc-full-seed42_kde-20261123-230000"
+    write_run(run_dir, ["kde"], {"sbert": 60.0}, 1.0)
+    overrides = [*reproduce.overrides_for("mrpc", False, False, "kde"), "seed=42", f"output_dir={runs}", "name=mrpc-full-seed42_kde"]
+    (tmp_path / "sibling").mkdir()
+    (tmp_path / "sibling" / "config.json").write_text("{}")
+    spec = load_spec(reproduce.ROOT / "jobs" / "mrpc_indomain.yaml", [*overrides, f"cross_encoder.trained={tmp_path / 'sibling'}"])
+    (run_dir / "spec.yaml").write_text(dump_spec(spec))
+    shutil.rmtree(tmp_path / "sibling")  # the part's teacher was copied from a sibling part that is gone since
+    arguments = ["reproduce", "--only", "mrpc", "--seeds", "42", "--part", "kde", "--runs", str(runs), "--results", str(tmp_path / "r.md"),
+                 "--json", str(tmp_path / "r.json")]
+    assert main(arguments) == 0  # the same settings: reused, nothing run
+    assert main([*arguments, "--set", "teacher.kind=bi-encoder"]) == 2
+    assert capsys.readouterr().err == (f"augsbert reproduce: error: {run_dir} finished with other settings than asked for: teacher.kind "
+                                       "('cross-encoder' -> 'bi-encoder'); give another --runs, or move the run away to run it again\n")
 
 
 def test_a_verdict_agrees_with_the_difference_it_prints() -> None:
