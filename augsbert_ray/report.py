@@ -71,6 +71,14 @@ def cleaning_lines(what: str, counts: dict[str, Any], on_overlap: str) -> list[s
     ]
 
 
+def gate_line(gate: dict[str, Any]) -> str:
+    """The teacher gate's record (metrics.json ``teacher``) as a line of report.md or tuning.md."""
+    verdict = "better" if gate["better"] else "NOT better: its silver labels are unlikely to help"
+    return (f"Teacher gate (before labeling): {gate['kind']} teacher dev {gate['teacher_dev']:.2f} vs "
+            f"{MODEL_TITLES.get(gate['student'], gate['student'])} dev {gate['student_dev']:.2f}: {verdict} "
+            f"({gate['teacher_dev'] - gate['student_dev']:+.2f}). Silver labeler: `{gate['labeler']}`.")
+
+
 def write_report(spec: JobSpec, metrics: dict[str, Any], path: Path) -> None:
     classification = metrics["task"] == "classification"
     metric = "F1 x100 (positive class, dev threshold)" if classification else "Spearman x100"
@@ -94,12 +102,8 @@ def write_report(spec: JobSpec, metrics: dict[str, Any], path: Path) -> None:
         auc = metrics["details"].get(name, {}).get("test_auc05")
         auc_cell = (f"{100 * auc:.2f} | " if auc is not None else " | ") if classification else ""
         lines.append(f"| {title} | {metrics['dev'][name]:.2f} | {metrics['test'][name]:.2f} | {auc_cell}{trained_on.get(name) or ''} |")
-    gate = metrics.get("teacher")
-    if gate:
-        verdict = "better" if gate["better"] else "NOT better: its silver labels are unlikely to help"
-        lines += ["", f"Teacher gate (before labeling): {gate['kind']} teacher dev {gate['teacher_dev']:.2f} vs "
-                      f"{MODEL_TITLES.get(gate['student'], gate['student'])} dev {gate['student_dev']:.2f}: {verdict} "
-                      f"({gate['teacher_dev'] - gate['student_dev']:+.2f}). Silver labeler: `{gate['labeler']}`."]
+    if gate := metrics.get("teacher"):
+        lines += ["", gate_line(gate)]
     baseline = next((name for name in ("sbert", "sbert_source") if name in metrics["test"]), None)
     if baseline:
         lines += ["", f"Silver data effect on test (AugSBERT minus {MODEL_TITLES[baseline]}):", ""]

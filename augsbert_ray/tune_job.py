@@ -12,7 +12,7 @@ from augsbert_ray.layout import bi_encoder_name
 from augsbert_ray.pipeline import start_run
 from augsbert_ray.runtime import log
 from augsbert_ray.stages import (
-    CandidateSource, Fit, Silver, StageClock, calibrate_teacher, check_candidates, make_silver, read_gold, silver_by_top_k,
+    CandidateSource, Fit, Silver, StageClock, check_candidates, check_teacher, make_silver, read_gold, silver_by_top_k,
     silver_dirs_by_k, student_fitter, teacher_stage, train_bi_encoder, train_teacher, tuning_silver_counts, with_sampling,
 )
 from augsbert_ray.tuning.report import write_tuning_report
@@ -47,10 +47,11 @@ def run_tuning_job(
     check_tunable(spec)
     tuned = spec.tuned_models()
     strategies = [strategy_of(spec, model) for model in tuned if model != "sbert"]
-    # semantic search embeds with the gold-trained SBERT, as in `augsbert run`
-    needs_sbert = "sbert" in tuned or (spec.sampling.semantic_model == "gold" and any("semantic" in s for s in strategies))
+    # silver needs SBERT as `augsbert run` does: the teacher gate compares the teacher with it, and semantic search
+    # embeds with it
+    needs_sbert = "sbert" in tuned or bool(strategies)
     ctx = start_run(spec, resume, data_dir, force_resume, run_dir)
-    clock = StageClock(2 + needs_sbert + 3 * bool(strategies))
+    clock = StageClock(2 + needs_sbert + 4 * bool(strategies))
     sbert_dir = ctx.layout.model("sbert")
 
     with clock.stage("read gold data"):
@@ -62,13 +63,15 @@ def run_tuning_job(
     if strategies:
         with clock.stage(teacher_stage(spec)):
             teacher, fits = train_teacher(ctx, gold)
-            teacher = calibrate_teacher(ctx, teacher, gold.splits)
     if needs_sbert:
         with clock.stage("tune SBERT" if "sbert" in tuned else "train SBERT on gold"):
             fits.append(train_bi_encoder(ctx, "sbert", [gold.train_file], student_fitter(spec, "sbert")))
 
-    made, by_k = Silver({}), {}
+    made, by_k, gate = Silver({}), {}, {}
     if strategies:
+        with clock.stage("teacher gate: teacher vs SBERT on dev"):
+            checked = check_teacher(ctx, teacher, gold.splits, sbert_dir, gold.splits.dev)
+            teacher, gate = checked.teacher, {"teacher": checked.record}
         with clock.stage("sample and label candidates"):
             plain = [s for s in strategies if spec.tuning_top_ks(bi_encoder_name(s)) == [None]]
             if plain:
@@ -89,7 +92,7 @@ def run_tuning_job(
         metric = "spearman_x100" if spec.task == "regression" else "f1_x100"
         counts = {**gold.counts, "trained_on": {fit.name: fit.trained_on for fit in fits}, **(made.counts() if made.sets else {}),
                   **({"tuning_silver": tuning} if (tuning := tuning_silver_counts(by_k, made)) else {})}
-        extra = {"counts": counts, "wall_seconds": clock.with_total(), "reused_fits": ctx.ledger.reused}
+        extra = {**gate, "counts": counts, "wall_seconds": clock.with_total(), "reused_fits": ctx.ledger.reused}
         write_tuning_report(ctx.layout.root, spec.name, searched, tests, metric, extra)
     log.info("done: %s", ctx.layout.root / "tuning.md")
     return ctx.layout.root

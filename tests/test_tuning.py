@@ -172,7 +172,7 @@ def test_tune_command_searches_top_k_with_silver_made_once(
     args = ["tune", str(job), "--data-dir", str(data_dir), "--cross-encoder", str(tiny_cross_encoder)]
     assert main(args) == 0
     (run_dir,) = tmp_path.glob("tiny-tune-*")
-    assert (run_dir / "models" / "cross_encoder" / "config.json").is_file() and not (run_dir / "ray_train").exists()  # copied, not fitted
+    assert (run_dir / "models" / "cross_encoder" / "config.json").is_file() and not (run_dir / "ray_train" / "cross_encoder").exists()  # copied
     assert yaml.safe_load((run_dir / "spec.yaml").read_text())["cross_encoder"]["trained"] == str(tiny_cross_encoder)
     summary = json.loads((run_dir / "tuning.json").read_text())
     result = summary["models"]["augsbert_bm25"]
@@ -191,6 +191,8 @@ def test_tune_command_searches_top_k_with_silver_made_once(
     assert (run_dir / "models" / "augsbert_bm25" / "model.safetensors").is_file()
     report = (run_dir / "tuning.md").read_text()
     assert "(chosen)" in report and "culled" in report and "dev at cull point" in report
+    # the teacher gate ran before labeling, as in `augsbert run` (before: tune labeled without it)
+    assert summary["teacher"]["student"] == "sbert" and "Teacher gate (before labeling): cross-encoder teacher dev" in report
     assert "tuning.md" not in capsys.readouterr().err
 
     # Stopped before its report, the run resumes in place: the search and the silver are reused, nothing is fitted
@@ -204,7 +206,7 @@ def test_tune_command_searches_top_k_with_silver_made_once(
     (run_dir / "tuning.json").unlink()
     assert main(["tune", "--resume", str(run_dir), "--data-dir", str(data_dir)]) == 0
     resumed = json.loads((run_dir / "tuning.json").read_text())
-    assert resumed["models"] == summary["models"] and sorted(resumed["reused_fits"]) == ["augsbert_bm25", "cross_encoder"]
+    assert resumed["models"] == summary["models"] and sorted(resumed["reused_fits"]) == ["augsbert_bm25", "cross_encoder", "sbert"]
     assert written and labeled_shards() == written
 
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from augsbert_ray.report import gate_line
 from augsbert_ray.tuning.search import Outcome
 
 
@@ -31,6 +32,8 @@ def _fmt(score: float | None) -> str:
 
 def tuning_markdown(title: str, summary: dict[str, Any]) -> str:
     lines = [f"# Seed optimization: {title}", "", f"Metric: {summary['metric']} on dev (trials) and test (chosen model).", ""]
+    if gate := summary.get("teacher"):
+        lines += [gate_line(gate), ""]
     for name, data in summary["models"].items():
         cull_steps = sorted({trial["total_steps"] for trial in data["trials"]})
         lines += [
