@@ -133,7 +133,8 @@ def write_report(spec: JobSpec, metrics: dict[str, Any], path: Path) -> None:
     if metrics.get("sampling"):
         lines += ["", "## Silver score distribution", "", "| strategy | candidates | kept | KL(gold, silver) | share > 0.6 |", "|---|---:|---:|---:|---:|"]
         for strategy, d in metrics["sampling"].items():
-            lines.append(f"| {strategy} | {d['candidates']} | {d['kept']} | {d['kl_gold_silver']:.3f} | {d['high_similarity_share']:.3f} |")
+            measures = (f"{d[name]:.3f}" if d[name] is not None else "n/a" for name in ("kl_gold_silver", "high_similarity_share"))
+            lines.append(f"| {strategy} | {d['candidates']} | {d['kept']} | {' | '.join(measures)} |")
     lines += ["", "## Wall time (s)", ""]
     lines += [f"- {stage}: {seconds}" for stage, seconds in metrics["wall_seconds"].items()]
     lines += ["", "![score densities](score_density.png)", "", "## Spec", "", "```yaml", dump_spec(spec).rstrip(), "```", ""]

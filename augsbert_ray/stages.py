@@ -516,7 +516,7 @@ def make_silver(spec: JobSpec, layout: RunLayout, source: CandidateSource, teach
             write_silver(selected, silver_dir)
             kept = accepted_rows(read_silver(silver_dir, labeled))
         histogram = score_histogram(kept, spec.sampling.kde_bins)
-        if warning := thin_silver_warning(strategy, labeled, histogram, len(gold_labels), spec.task):
+        if warning := thin_silver_warning(strategy, labeled, histogram, len(gold_labels), spec.task, spec.sampling.kde_mode):
             log.warning(warning)
         diagnostics = silver_diagnostics(gold_labels, candidates.num_rows, histogram)
         sets[strategy] = SilverSet(strategy, silver_dir, candidates.num_rows, labeled, histogram, diagnostics)

@@ -68,3 +68,18 @@ def test_a_classification_report_shows_test_auc05_beside_f1(tmp_path) -> None:
     lines = (tmp_path / "report.md").read_text().splitlines()
     assert "| model | dev | test | test AUC(0.05) x100 | trained on (pairs) |" in lines
     assert f"| SBERT (gold only) | 84.03 | 83.31 | {100 * metrics['details']['sbert']['test_auc05']:.2f} | 3668 |" in lines
+
+
+def test_a_silver_set_that_kept_nothing_reads_n_a_in_the_report(tmp_path) -> None:
+    """Before: its undefined KL divergence and share were NaN, written as `nan`."""
+    import json
+    from pathlib import Path
+
+    from augsbert_ray.config import load_spec
+    from augsbert_ray.report import write_report
+
+    run = Path(__file__).parents[1] / "bench/results/reproduce_best_teacher_runs/mrpc-full-seed42_lexical-20261127-162950"
+    metrics = json.loads((run / "metrics.json").read_text())
+    metrics["sampling"]["bm25"].update(kept=0, kl_gold_silver=None, high_similarity_share=None)
+    write_report(load_spec(None, ["data.dataset=mrpc"]), metrics, tmp_path / "report.md")
+    assert f"| bm25 | {metrics['sampling']['bm25']['candidates']} | 0 | n/a | n/a |" in (tmp_path / "report.md").read_text().splitlines()

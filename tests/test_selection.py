@@ -78,6 +78,9 @@ def test_diagnostics_by_hand() -> None:
     assert high_similarity_share(counts) == pytest.approx(0.5)
     d = silver_diagnostics(gold_labels(), candidates=40, kept_counts=counts)
     assert d["kept"] == 20 and d["candidates"] == 40 and d["kl_gold_silver"] > 0
+    # nothing kept: undefined, null in metrics.json (before: a bare NaN, and "nan" in report.md)
+    assert silver_diagnostics(gold_labels(), candidates=40, kept_counts=np.zeros(100, dtype=np.int64)) == {
+        "candidates": 40, "kept": 0, "kl_gold_silver": None, "high_similarity_share": None}
     gold = gold_labels(5000, seed=7)
     same, _ = np.histogram(gold, bins=100, range=(0, 1))
     assert kl_divergence(gold, same) < 0.02
@@ -91,6 +94,8 @@ def test_thin_silver_is_named_with_its_cause() -> None:
     assert warning.startswith("kde silver: 29 pairs kept of 160,580 labeled, 0.8% of the 3,668 gold train pairs")
     assert "scored 17 candidates positive" in warning
     assert "sampling.kde_pool" in thin_silver_warning("kde", 160580, counts, 3668, "regression")
+    # exact mode: a larger pool does not help where the teacher rarely gives scores gold has
+    assert thin_silver_warning("kde", 160580, counts, 3668, "regression", "exact").endswith("(kde_mode paper keeps more)")
     assert thin_silver_warning("bm25", 29, counts, 3668, "regression").endswith("too few to change the student")
     assert thin_silver_warning("kde", 160580, counts, 290, "classification") is None  # 10% of gold or more
 

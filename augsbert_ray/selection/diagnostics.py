@@ -55,9 +55,9 @@ def high_similarity_share(silver_counts: np.ndarray) -> float:
     return float(silver_counts[first_high:].sum() / total) if total else float("nan")
 
 
-def silver_diagnostics(gold_labels: np.ndarray, candidates: int, kept_counts: np.ndarray) -> dict[str, float | int]:
+def silver_diagnostics(gold_labels: np.ndarray, candidates: int, kept_counts: np.ndarray) -> dict[str, float | int | None]:
     """A silver set's counts and how close its kept scores are to gold: ``candidates``, ``kept``, ``kl_gold_silver``
-    (``kl_divergence``) and ``high_similarity_share``.
+    (``kl_divergence``) and ``high_similarity_share``; None where a measure is undefined (nothing kept).
 
     Args:
         gold_labels: The gold train labels.
@@ -69,15 +69,15 @@ def silver_diagnostics(gold_labels: np.ndarray, candidates: int, kept_counts: np
 
             silver_diagnostics(gold_labels, candidates.num_rows, score_histogram(kept, 100))["kept"]
     """
-    return {
-        "candidates": candidates,
-        "kept": int(kept_counts.sum()),
-        "kl_gold_silver": kl_divergence(gold_labels, kept_counts),
-        "high_similarity_share": high_similarity_share(kept_counts),
-    }
+    measures = {"kl_gold_silver": kl_divergence(gold_labels, kept_counts), "high_similarity_share": high_similarity_share(kept_counts)}
+    # undefined (nothing kept, or constant gold labels): null in metrics.json, not a bare NaN
+    return {"candidates": candidates, "kept": int(kept_counts.sum()),
+            **{name: None if np.isnan(value) else value for name, value in measures.items()}}
 
 
-def thin_silver_warning(strategy: str, labeled: int, kept_counts: np.ndarray, gold_rows: int, task: TaskType) -> str | None:
+def thin_silver_warning(
+    strategy: str, labeled: int, kept_counts: np.ndarray, gold_rows: int, task: TaskType, kde_mode: str = "paper"
+) -> str | None:
     """A one-line warning when a strategy keeps fewer silver pairs than THIN_SILVER_SHARE of the gold train split,
     saying why where the cause is known (class-ratio selection keeps only as many pairs as the teacher finds
     positives); None otherwise.
@@ -89,6 +89,7 @@ def thin_silver_warning(strategy: str, labeled: int, kept_counts: np.ndarray, go
             ``kde`` under classification).
         gold_rows: The gold train pairs.
         task: ``regression`` or ``classification``.
+        kde_mode: ``sampling.kde_mode`` of a regression ``kde`` set.
 
     Example:
         ::
@@ -105,6 +106,9 @@ def thin_silver_warning(strategy: str, labeled: int, kept_counts: np.ndarray, go
         return (f"{line}; the teacher scored {positives:,} candidates positive (>= 0.5), and class-ratio selection keeps "
                 f"the positives and negatives in gold's ratio, so a pool of few positives gives little silver "
                 f"(bm25 or semantic sampling finds more)")
+    if strategy == "kde" and kde_mode == "exact":
+        return (f"{line}; kde_mode exact scales every score's acceptance by the one where gold has the most density for "
+                f"the silver's, so scores gold has and the teacher rarely gives keep few pairs anywhere (kde_mode paper keeps more)")
     if strategy == "kde":
         return f"{line}; a larger pool (sampling.kde_pool) keeps more"
     return line
