@@ -289,6 +289,8 @@ def _report_rejects(rows_read: int, rejects: list[Reject], rejects_path: Path | 
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from augsbert_ray.data import load_gold
     from augsbert_ray.evaluation import evaluate
     from augsbert_ray.data.usable import check_scorable
@@ -329,6 +331,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     origin = {"test": args.data, "dev": args.dev or args.data}
     for split in ("test", "dev"):
         check_scorable(task, gold.split(split).column("label").to_numpy(), f"{origin[split]} ({split} split)")
+    if args.task is None and task == "regression" and set(np.unique(gold.test.column("label").to_numpy())) <= {0.0, 1.0}:
+        print(f"augsbert evaluate: warning: the labels of {args.data} are all 0 or 1, scored as regression (Spearman); "
+              "--task classification gives F1 and AUC(0.05)", file=sys.stderr)
     result = evaluate(kind, model, task, gold.dev, gold.test, threads=args.threads)
     rows = {"read": gold.rows_read, "accepted": gold.rows_read - len(gold.rejects), "rejected": len(gold.rejects),
             "dev": gold.dev.num_rows, "test": gold.test.num_rows}
@@ -499,7 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
     label.add_argument("--text-columns", default="sentence1,sentence2", help="the two text columns (default: %(default)s)")
     label.add_argument("--batch-size", type=int, default=64, help="pairs per model call (default: %(default)s)")
     label.add_argument("--actors", type=_parse_actors, default=(1, 1), metavar="MIN:MAX", help="actor pool size (default: 1:1)")
-    label.add_argument("--cpus-per-actor", type=float, default=1, help="CPUs reserved per actor: its torch threads, and on a GPU its tokenizer threads")
+    label.add_argument("--cpus-per-actor", type=float, default=1,
+                       help="CPUs reserved per actor: its torch threads, and on a GPU its tokenizer threads (default: %(default)s)")
     label.add_argument("--gpus-per-actor", type=float, default=0, help="GPUs per actor (default: 0)")
     label.add_argument("--precision", choices=["fp32", "bf16", "fp16", "int8"], default="fp32",
                        help="fp32; bf16/fp16: half-precision weights on torch (fp16 GPU only); int8: ONNX Runtime on CPU, smoothed on the input's first 256 pairs (default: %(default)s)")
@@ -527,8 +533,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "(the run's teacher, any kind, with its maps onto the gold scale)")
     evaluate.add_argument("--data", required=True, help="a named dataset (stsb, mrpc, bws) or a labeled pair file")
     evaluate.add_argument("--dev", help="dev file that picks the classification threshold (default: the data itself)")
-    evaluate.add_argument("--format", choices=["csv", "tsv", "jsonl", "parquet", "stsb", "mrpc", "bws"])
-    evaluate.add_argument("--task", choices=["regression", "classification"])
+    evaluate.add_argument("--format", choices=["csv", "tsv", "jsonl", "parquet", "stsb", "mrpc", "bws"],
+                          help="the pair files' format (default: from the suffix); stsb, mrpc and bws read those datasets' own files")
+    evaluate.add_argument("--task", choices=["regression", "classification"],
+                          help="regression: Spearman x100 of scores and labels; classification: F1 x100 at the threshold best "
+                               "on dev, and AUC(0.05) (default: classification for mrpc, else regression)")
     evaluate.add_argument("--score-range", nargs=2, type=float, metavar=("LOW", "HIGH"),
                           help="raw range of regression labels in --data/--dev, scaled to [0,1] (default: the "
                           "format's own, 0 5 for stsb, else 0 1); labels outside it are rejected")

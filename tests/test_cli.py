@@ -83,6 +83,13 @@ def test_evaluate_command(tiny_model: Path, tmp_path: Path, capsys) -> None:
 
     assert result["test"] == pytest.approx(max(f1_at(threshold) for threshold in cosine), abs=1e-6)
 
+    # without --task, 0/1 labels are scored as regression, as the help says; a line says so (before: silently)
+    assert main(["evaluate", str(tiny_model), "--data", str(data)]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["task"] == "regression"
+    assert (f"augsbert evaluate: warning: the labels of {data} are all 0 or 1, scored as regression (Spearman); "
+            "--task classification gives F1 and AUC(0.05)\n") in captured.err
+
 
 def test_submit_passes_an_absolute_data_dir_as_a_path_on_the_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Before: --data-dir /shared/data was refused unless that path existed on the submitting laptop too."""
