@@ -395,8 +395,10 @@ class TuningSpec(_Strict):
     models: list[str] | None = Field(None, min_length=1, description="Bi-encoders to tune, e.g. [sbert]. Default: all the job trains.")
     cpus_per_trial: Cpus = Field(1, description="CPUs reserved by each trial, one process (for a tuned model, in "
                                   "place of training.cpus_per_worker).")
-    gpus_per_trial: Gpus = Field(0, description="GPUs reserved by each trial, one process (for a tuned model, in "
-                                  "place of training.use_gpu).")
+    # at most one: a trial trains in one process, where transformers would spread each batch over several GPUs
+    # (DataParallel) and multiply the batch and the passes over the data by their number
+    gpus_per_trial: Gpus = Field(0, le=1, description="GPUs reserved by each trial, one process, at most one GPU (for a "
+                                  "tuned model, in place of training.use_gpu).")
     max_concurrent_trials: int | None = Field(None, gt=0, description="Default: as many as the cluster's CPUs and GPUs hold at once (cpus_per_trial, gpus_per_trial).")
 
     @field_validator("seeds")

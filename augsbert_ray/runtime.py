@@ -25,7 +25,11 @@ from augsbert_ray.config import SpecError
 # Passed to every Ray worker: tokenizers' own thread pool fights torch's inside actors.
 # Ray Train workers send print() to Train's logger and, where a library wrapped sys.stdout, to stdout too: every
 # progress line would reach the console twice.
-WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
+# RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO: a task, actor or Ray Train worker that reserved no GPU sees none (Ray 2.60
+# leaves CUDA_VISIBLE_DEVICES alone there, ray-project/ray#54868, so torch would train, label or score on the
+# node's GPUs unreserved, a fit with use_gpu false would set up DDP for GPUs it does not use, and a seed-search
+# trial would spread its batch over every GPU of its node).
+WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0", "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "1"}
 # Unless -v: no per-model "Loading weights"/"Writing model shards" bars and no library deprecation notes from every
 # worker (Ray's session logs keep whatever workers still print).
 QUIET_WORKER_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error"}

@@ -1,4 +1,7 @@
+from __future__ import annotations
+
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -101,6 +104,25 @@ def test_submit_passes_an_absolute_data_dir_as_a_path_on_the_cluster(tmp_path: P
     assert (env_vars["AUGSBERT_DATA_DIR"], env_vars["AUGSBERT_MODEL_CACHE"]) == ("/shared/data", "/shared/models")
     with pytest.raises(DataNotFoundError, match="no/such/data"):  # a relative path means a directory here
         runtime_env(tmp_path, "no/such/data")
+
+
+def test_a_task_or_actor_that_reserved_no_gpu_sees_none(ray_session) -> None:
+    """Ray 2.60 leaves CUDA_VISIBLE_DEVICES as it is where no GPU was reserved (ray-project/ray#54868): on a GPU
+    node, a CPU fit, labeling actor, evaluation task or seed-search trial saw and used every GPU of the node."""
+    ray = ray_session
+
+    @ray.remote(num_cpus=0)
+    def visible() -> str | None:
+        return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+    @ray.remote(num_cpus=0)
+    class Actor:
+        def visible(self) -> str | None:
+            return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+    actor = Actor.remote()
+    assert (ray.get(visible.remote()), ray.get(actor.visible.remote())) == ("", "")
+    ray.kill(actor)
 
 
 def test_an_autoscaling_clusters_largest_size_counts(ray_session, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -143,9 +143,11 @@ def test_a_gpu_fit_under_tuning_needs_gpus_per_trial() -> None:
     (["labeling.cpus_per_actor=.inf"], "labeling.cpus_per_actor: Input should be a finite number"),  # was: OverflowError in Ray
     (["evaluation.cpus=0.00001"], "evaluation.cpus: Value error, 1e-05 is below the smallest amount Ray schedules, 0.0001"),
     (["tuning.seeds=2", "tuning.gpus_per_trial=0.00005"], "tuning.gpus_per_trial: Value error, 5e-05 is below the smallest amount"),
+    (["tuning.seeds=2", "tuning.gpus_per_trial=2"], "tuning.gpus_per_trial: Input should be less than or equal to 1"),  # was: DataParallel
     (["ray.address=http://127.0.0.1:8265"], "ray.address: Value error, http://127.0.0.1:8265 is a dashboard URL, which `augsbert submit` "
      "takes; to join a cluster give auto, HOST:6379 or ray://HOST:10001"),  # was: Ray's error after the run directory was made
-], ids=["no-strategies", "no-tuned-models", "top-k-unused", "inf-lr", "inf-cpus", "tiny-cpus", "tiny-gpus", "dashboard-address"])
+], ids=["no-strategies", "no-tuned-models", "top-k-unused", "inf-lr", "inf-cpus", "tiny-cpus", "tiny-gpus", "two-gpus-a-trial",
+        "dashboard-address"])
 def test_settings_a_run_cannot_use_are_refused_when_the_spec_is_read(overrides: list[str], message: str) -> None:
     with pytest.raises(SpecError, match=re.escape(message)):
         load_spec(None, overrides)

@@ -164,15 +164,20 @@ def training_dataset(table: pa.Table) -> Any:
     return Dataset(table, fingerprint=uuid.uuid4().hex)
 
 
+def warn_bf16_on_cpu(config: dict[str, Any]) -> None:
+    """A fit or trial (``config``: its name, bf16) at bf16 on a CPU without bf16 instructions warns, naming the node."""
+    import torch
+
+    if config["bf16"] and not torch.cuda.is_available():
+        warn_cpu_bf16(f"fit {config['name']}")
+
+
 def train_and_report(
     trainer_cls: type, args_cls: type, model: Any, loss: Any, table: pa.Table, spec: EncoderSpec,
     config: dict[str, Any], find_unused_parameters: bool,
 ) -> None:
     """Worker side of every fit: run the sentence-transformers trainer and report the final model."""
-    import torch
-
-    if config["bf16"] and not torch.cuda.is_available():
-        warn_cpu_bf16(f"fit {config['name']}")
+    warn_bf16_on_cpu(config)
     with tempfile.TemporaryDirectory() as output_dir:
         args = training_arguments(
             args_cls, spec, config["seed"], output_dir, find_unused_parameters, config["checkpoint_every"], bf16=config["bf16"]

@@ -22,7 +22,7 @@ from augsbert_ray.evaluation.metrics import dev_metric
 from augsbert_ray.runtime import configure_torch_threads
 from augsbert_ray.training.bi_encoder import bi_encoder_loss
 from augsbert_ray.training.ray_fit import (
-    read_training_pairs, training_arguments, training_dataset, with_progress_line, worker_setup,
+    read_training_pairs, training_arguments, training_dataset, warn_bf16_on_cpu, with_progress_line, worker_setup,
 )
 
 
@@ -193,6 +193,7 @@ def tuning_train_loop(config: dict[str, Any]) -> None:
     resume_from (a training state's directory, or None), dev_file, task."""
     config = {**config, "loop_start": time.time()}
     worker_setup(config)
+    warn_bf16_on_cpu(config)
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 
     spec = BiEncoderSpec.model_validate(config["spec"])
