@@ -138,7 +138,7 @@ def one_actor_steps(model: str, pairs: list[tuple[str, str]], precision: str, ba
     autocast."""
     import torch
 
-    pair_model = PairModel(model, precision, threads, None, None, "torch")
+    pair_model = PairModel(model, precision, threads, None, None, "torch", gpu=True)
     scorer = PairScorer(pair_model, batch)
     first, second = [a for a, _ in pairs], [b for _, b in pairs]
     steps: dict[str, float] = {}

@@ -272,6 +272,20 @@ def test_actors_cast_their_weights_and_gpu_actors_tokenize_on_their_cpus(monkeyp
     assert embeddings.dtype == np.float32 and np.allclose(np.linalg.norm(embeddings, axis=1), 1.0, atol=1e-2)
 
 
+def test_a_labeler_without_a_gpu_runs_on_the_cpu_where_the_process_sees_one(monkeypatch) -> None:
+    """Labeling in the driver (one CPU actor: labels_in_process) on a machine with a GPU: before, it ran there, and
+    at `--precision int8` (ONNX Runtime, CPU only) it labeled fp32 on the GPU under an int8 manifest."""
+    import torch
+
+    from augsbert_ray.labeling.backend import actor_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    assert actor_device("int8", 1, gpu=False) == ("cpu", None)
+    assert actor_device("fp16", 2, gpu=True) == ("cuda", torch.float16)
+
+
 def test_batch_widths_rounded_up_leave_the_scores_unchanged(minilm_with_trained_head: Path, data_dir: Path) -> None:
     """GPU actors at bf16/fp16 pad each batch to a multiple of 8 tokens (fewer shapes to meet): the mask keeps
     the extra padding out of every score."""

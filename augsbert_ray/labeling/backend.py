@@ -57,12 +57,14 @@ def weights_dtype(precision: str) -> Any:
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
 
 
-def actor_device(precision: str, threads: int) -> tuple[str, Any]:
-    """A labeling actor's device ('cuda' where it sees a GPU) and weights dtype (weights_dtype), with its tokenizer's
-    threads set for that device; bf16 on a CPU without bf16 instructions logs a warning naming the node."""
+def actor_device(precision: str, threads: int, gpu: bool) -> tuple[str, Any]:
+    """A labeling actor's device ('cuda' where it reserved a GPU, ``gpu``, and sees one) and weights dtype
+    (weights_dtype), with its tokenizer's threads set for that device; bf16 on a CPU without bf16 instructions logs
+    a warning naming the node. A labeler without a GPU runs on the CPU though the process sees one (labeling in
+    the driver, ``labels_in_process``): its precision and runtime were checked for the CPU."""
     import torch
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = "cuda" if gpu and torch.cuda.is_available() else "cpu"
     use_tokenizer_threads(device, threads)
     dtype = weights_dtype(precision)
     if device == "cpu" and dtype is torch.bfloat16:
@@ -90,13 +92,13 @@ class PairModel:
 
     def __init__(
         self, model: str, precision: str, threads: int, max_seq_length: int | None, cache_dir: Path | None, runtime: str = "auto",
-        calibration_pairs: list[tuple[str, str]] | None = None,
+        calibration_pairs: list[tuple[str, str]] | None = None, gpu: bool = False,
     ) -> None:
         configure_torch_threads(threads)
         from sentence_transformers import CrossEncoder
 
         # LabelingSpec has checked the precision against the runtime and the actor's device
-        self.device, dtype = actor_device(precision, threads)
+        self.device, dtype = actor_device(precision, threads, gpu)
         self.cross_encoder = CrossEncoder(model, device=self.device, max_length=max_seq_length)
         if dtype is not None:
             self.cross_encoder.to(dtype)
@@ -134,12 +136,12 @@ class PairModel:
 class EmbeddingModel:
     """Scores pairs of sentences by the cosine of their bi-encoder embeddings. One per actor; loaded once."""
 
-    def __init__(self, model: str, precision: str, threads: int, max_seq_length: int | None) -> None:
+    def __init__(self, model: str, precision: str, threads: int, max_seq_length: int | None, gpu: bool = False) -> None:
         configure_torch_threads(threads)
         from sentence_transformers import SentenceTransformer
 
         # LabelingSpec and LabelJob have checked the precision against the device and the teacher
-        self.device, dtype = actor_device(precision, threads)
+        self.device, dtype = actor_device(precision, threads, gpu)
         self.encoder = SentenceTransformer(model, device=self.device)
         if dtype is not None:
             self.encoder.to(dtype)

@@ -344,7 +344,7 @@ def _labeler_settings(pending: list[Shard], output: Path, job: LabelJob, calibra
         # pair is scored; fp32 loads without calibration
         "precision": "fp32" if calibration == [] else spec.precision,
         "runtime": spec.runtime, "max_seq_length": spec.max_seq_length, "strategy": job.strategy,
-        "calibration": calibration or None,
+        "calibration": calibration or None, "gpu": spec.gpus_per_actor > 0,
         "onnx_cache": str(output / "_onnx" if job.onnx_cache is None or spec.precision == "int8" else job.onnx_cache),
     }
 

@@ -168,6 +168,7 @@ class ShardLabeler:
         strategy: The ``strategy`` value of pairs whose input has no such column.
         onnx_cache: The directory a cross-encoder's ONNX export is kept in.
         calibration: The pairs an int8 export calibrates on; None for other precisions.
+        gpu: Whether the labeler reserved a GPU (``labeling.gpus_per_actor`` above 0); without, it runs on the CPU.
 
     Example:
         ::
@@ -180,14 +181,14 @@ class ShardLabeler:
     def __init__(
         self, shards: list[Shard], output: str, teacher: Teacher, labeler: str, text_columns: tuple[str, str],
         batch_size: int, threads: int, precision: str, runtime: str, max_seq_length: int | None, strategy: str,
-        onnx_cache: str, calibration: list[tuple[str, str]] | None = None,
+        onnx_cache: str, calibration: list[tuple[str, str]] | None = None, gpu: bool = False,
     ) -> None:
         self.shards = {shard.name: shard for shard in shards}
         self.output = Path(output)
         self.teacher = teacher
         self.scorers = [
-            PairScorer(PairModel(m.model, precision, threads, max_seq_length, Path(onnx_cache), runtime, calibration), batch_size)
-            if m.kind == "cross_encoder" else EmbeddingScorer(EmbeddingModel(m.model, precision, threads, max_seq_length), batch_size)
+            PairScorer(PairModel(m.model, precision, threads, max_seq_length, Path(onnx_cache), runtime, calibration, gpu), batch_size)
+            if m.kind == "cross_encoder" else EmbeddingScorer(EmbeddingModel(m.model, precision, threads, max_seq_length, gpu), batch_size)
             for m in teacher.members
         ]
         self.labeler, self.text_columns, self.strategy = labeler, text_columns, strategy
