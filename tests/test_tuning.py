@@ -59,13 +59,17 @@ def test_only_as_many_trials_run_at_once_as_the_cluster_holds() -> None:
     def tuning(**fields: object) -> TuningSpec | None:
         return load_spec(None, [f"tuning={json.dumps(fields)}"]).tuning
 
-    two_cpus = {"CPU": 2.0}
+    two_cpus = [{"CPU": 2.0}]
     # Tune alone would start all 15 trial actors (0.15 CPU); one worker would fit beside them, 14 would time out
     assert concurrent_trials(tuning(seeds=15), two_cpus) == 2
     assert concurrent_trials(tuning(cpus_per_trial=0.5), two_cpus) == 4
     assert concurrent_trials(tuning(cpus_per_trial=4), two_cpus) == 1  # one still runs, and waits for CPUs
-    assert concurrent_trials(tuning(gpus_per_trial=0.2), {"CPU": 16.0, "GPU": 1.0}) == 5
+    assert concurrent_trials(tuning(gpus_per_trial=0.2), [{"CPU": 16.0, "GPU": 1.0}]) == 5
     assert concurrent_trials(tuning(max_concurrent_trials=3), two_cpus) == 3
+    # a trial is placed whole on one node, a fraction of a GPU within one GPU: the pooled totals (10 CPUs / 2.5;
+    # 2 GPUs / 0.4) said 4 and 5, and the in-place search waited for ever on the trial that could not start
+    assert concurrent_trials(tuning(cpus_per_trial=2.5), [{"CPU": 4.0}, {"CPU": 4.0}, {"CPU": 2.0}]) == 2
+    assert concurrent_trials(tuning(gpus_per_trial=0.4), [{"CPU": 16.0, "GPU": 2.0}]) == 4
 
 
 @pytest.fixture(scope="module")
@@ -210,6 +214,23 @@ def test_tune_command_searches_top_k_with_silver_made_once(
     assert written and labeled_shards() == written
 
 
+@pytest.mark.slow
+def test_a_trial_that_fails_for_good_stops_the_others_at_once(ray_session, tiny_model: Path, gold_files, tmp_path: Path) -> None:
+    """Before: the others trained to the end (hours, in a real search), and then the search failed all the same."""
+    from dataclasses import replace
+
+    train, dev = gold_files
+    spec = tiny_spec(tiny_model, "{seeds: 2, eval_every: 0.02, cpus_per_trial: 0.6}", epochs=400)  # 2,000 steps
+    setup = SearchSetup(spec, "sbert", str(tiny_model), dev, tmp_path / "tune")
+    good, bad = plan_trials(setup, {None: [(train, "label")]})
+    bad = replace(bad, train_files=[(str(tmp_path / "missing.parquet"), "label")])
+    with pytest.raises(RuntimeError, match=rf"tuning sbert phase: 1 trial\(s\) failed: {bad.name}$"):
+        run_phase(setup, [trial_config(setup, trial, "phase", None, None) for trial in (good, bad)], "phase")
+    reported = [json.loads(line)["step"] for path in (tmp_path / "tune" / "sbert-phase").glob(f"{good.name}-phase/result.json")
+                for line in path.read_text().splitlines()]  # none when it was stopped before its first evaluation
+    assert max(reported, default=0) < good.total_steps == 2000
+
+
 def test_tune_command_needs_a_tuning_section(capsys) -> None:
     assert main(["tune", "jobs/stsb_indomain_bm25.yaml"]) == 2
     assert "needs a 'tuning' section" in capsys.readouterr().err
@@ -227,6 +248,14 @@ def test_the_cull_board_waits_for_every_trial_or_its_failure(ray_session) -> Non
     # a trial restarted after a failure posts again: its first score stands, and the verdict comes at once
     assert ray.get(board.goes_on.remote("a", 0.0), timeout=30) is True
     ray.kill(board)
+
+    # a trial that posted the best score and then failed for good takes no place among the best (before: with
+    # keep 1, every live trial was culled)
+    lost = CullBoard.remote(["p", "q", "r"], 1)
+    posted = [lost.goes_on.remote("p", 90.0), lost.goes_on.remote("q", 70.0)]
+    lost.trial_failed.remote("p")
+    assert ray.get([*posted, lost.goes_on.remote("r", 60.0)], timeout=30) == [False, True, False]
+    ray.kill(lost)
 
     tied = CullBoard.remote(["x", "y"], 1)
     assert ray.get([tied.goes_on.remote("y", 1.0), tied.goes_on.remote("x", 1.0)], timeout=30) == [False, True]  # plan order

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import ray
 from ray import tune
-from ray.tune import Callback
+from ray.tune import Callback, Stopper
 from ray.tune.schedulers import ASHAScheduler
 
 from augsbert_ray.config import JobSpec, TuningSpec
@@ -102,15 +102,36 @@ def torch_threads(cpus: float) -> int:
     return max(1, math.floor(cpus + 1e-9))
 
 
-def concurrent_trials(tuning: TuningSpec, cluster: dict[str, float]) -> int:
-    """``tuning.max_concurrent_trials``, else as many trials as the cluster's CPUs (and GPUs) hold at once: the
-    in-place cull needs every trial running, so the search must know whether they all fit."""
+def concurrent_trials(tuning: TuningSpec, nodes: list[dict[str, float]]) -> int:
+    """``tuning.max_concurrent_trials``, else as many trials as the nodes' CPUs (and GPUs) hold at once: the
+    in-place cull needs every trial running, so the search must know whether they all fit. A trial runs on one
+    node, and a fraction of a GPU within one GPU: 2 GPUs hold 4 trials of 0.4 GPU, not 5 (those waiting at the cull
+    for a trial that never starts would wait for ever).
+
+    Args:
+        tuning: The tuning settings (cpus_per_trial, gpus_per_trial, max_concurrent_trials).
+        nodes: Each live node's resources, e.g. ``{"CPU": 16.0, "GPU": 2.0}`` (``live_node_resources``).
+
+    Example:
+        ::
+
+            concurrent_trials(spec.tuning, live_node_resources())  # 5 trials of 0.2 GPU on one GPU node
+    """
     if tuning.max_concurrent_trials is not None:
         return tuning.max_concurrent_trials
-    fits = [cluster.get("CPU", 0.0) / tuning.cpus_per_trial]
-    if tuning.gpus_per_trial > 0:
-        fits.append(cluster.get("GPU", 0.0) / tuning.gpus_per_trial)
-    return max(1, math.floor(min(fits) + 1e-9))  # 1.0 / 0.2 must give 5
+
+    def on_node(resources: dict[str, float]) -> int:
+        fits = math.floor(resources.get("CPU", 0.0) / tuning.cpus_per_trial + 1e-9)  # 1.0 / 0.2 must give 5
+        if tuning.gpus_per_trial > 0:
+            fits = min(fits, math.floor(resources.get("GPU", 0.0) + 1e-9) * math.floor(1 / tuning.gpus_per_trial + 1e-9))
+        return fits
+
+    return max(1, sum(on_node(resources) for resources in nodes))
+
+
+def live_node_resources() -> list[dict[str, float]]:
+    """The resources of each node of the Ray cluster that is alive."""
+    return [node["Resources"] for node in ray.nodes() if node["Alive"]]
 
 
 def trial_config(
@@ -142,22 +163,31 @@ def run_trial(tune_config: dict[str, Any]) -> None:
     tuning_train_loop(tune_config["run"]["loop"])
 
 
-class TellBoardOfFailures(Callback):
-    """A trial that failed for good never reaches the cull step: the board must not wait for it."""
+class StopOnFailure(Callback, Stopper):
+    """A trial that failed for good (its retries spent) fails the search (run_phase raises): the other trials stop
+    now, instead of training on for hours first; the cull board, where some may wait for it, is told at once."""
 
-    def __init__(self, board: Any) -> None:
-        self.board = board
+    def __init__(self, board: Any = None) -> None:
+        self.board, self.failed = board, False
 
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        self.board.trial_failed.remote(trial.config["run"]["trial"])
+        self.failed = True
+        if self.board is not None:
+            self.board.trial_failed.remote(trial.config["run"]["trial"])
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return self.failed
 
 
-def run_phase(
-    setup: SearchSetup, configs: list[dict[str, Any]], phase: str, scheduler: Any = None, callbacks: list[Callback] | None = None
-) -> dict[str, Any]:
-    """Run the trials concurrently as one Tune experiment; returns Tune's Result per trial name. A resumed run
-    starts an unfinished search over, so what a stopped attempt of this phase left is removed first."""
+def run_phase(setup: SearchSetup, configs: list[dict[str, Any]], phase: str, scheduler: Any = None, board: Any = None) -> dict[str, Any]:
+    """Run the trials concurrently as one Tune experiment; returns Tune's Result per trial name (``board``: the
+    in-place search's cull board). A resumed run starts an unfinished search over, so what a stopped attempt of this
+    phase left is removed first."""
     shutil.rmtree(setup.storage / f"{setup.model_name}-{phase}", ignore_errors=True)
+    on_failure = StopOnFailure(board)
     tuner = tune.Tuner(
         tune.with_resources(run_trial, trial_resources(setup.tuning)),
         param_space={"run": tune.grid_search(configs)},
@@ -165,12 +195,13 @@ def run_phase(
             scheduler=scheduler,
             metric="dev_score" if scheduler is not None else None,
             mode="max" if scheduler is not None else None,
-            max_concurrent_trials=concurrent_trials(setup.tuning, ray.cluster_resources()),
+            max_concurrent_trials=concurrent_trials(setup.tuning, live_node_resources()),
             trial_name_creator=lambda t: t.config["run"]["name"],
             trial_dirname_creator=lambda t: t.config["run"]["name"],
         ),
         run_config=tune.RunConfig(
-            name=f"{setup.model_name}-{phase}", storage_path=str(setup.storage.resolve()), verbose=0, callbacks=callbacks,
+            name=f"{setup.model_name}-{phase}", storage_path=str(setup.storage.resolve()), verbose=0,
+            callbacks=[on_failure], stop=on_failure,
             failure_config=tune.FailureConfig(max_failures=setup.spec.training.max_failures or 0),
         ),
     )
@@ -214,7 +245,7 @@ def sync_search(setup: SearchSetup, trials: list[Trial]) -> None:
     """Every trial to the cull step, then the best ``keep`` to the end: in place when the cluster holds every
     trial at once, else from checkpoints in a second phase."""
     culls = {trial.name: cull_step(trial.total_steps, setup.tuning.cull_at) for trial in trials}
-    if concurrent_trials(setup.tuning, ray.cluster_resources()) >= len(trials):
+    if concurrent_trials(setup.tuning, live_node_resources()) >= len(trials):
         in_place_search(setup, trials, culls)
     else:
         checkpointed_search(setup, trials, culls)
@@ -231,7 +262,7 @@ def in_place_search(setup: SearchSetup, trials: list[Trial], culls: dict[str, in
         for trial in trials
     ]
     try:
-        results = run_phase(setup, configs, "search", callbacks=[TellBoardOfFailures(board)])
+        results = run_phase(setup, configs, "search", board=board)
     finally:
         ray.kill(board)
     for trial in trials:

@@ -103,7 +103,9 @@ class CullBoard:
         self.scores.setdefault(trial, score)  # a trial restarted after a failure posts again
         self._check()
         await self.decided.wait()
-        ranked = sorted(self.scores, key=lambda name: (-score_key(self.scores[name]), self.order.index(name)))
+        # a trial that failed for good after posting its score holds no place among the best
+        ranked = sorted((name for name in self.scores if name not in self.failed),
+                        key=lambda name: (-score_key(self.scores[name]), self.order.index(name)))
         return trial in ranked[: self.keep]
 
     def trial_failed(self, trial: str) -> None:
