@@ -279,8 +279,8 @@ def run_domain_transfer(
     layout, clock = ctx.layout, StageClock(8)
 
     with clock.stage("read source and target data"):
-        source: Gold = read_gold(ctx, data_dir)
         target: Gold = read_target(ctx, data_dir)
+        source: Gold = read_gold(ctx, data_dir, target)  # its train without the target's dev and test pairs
         candidate_source = CandidateSource.target(spec, target.splits, source.splits) if spec.target.candidates == "sentences" else None
         if candidate_source is not None:
             check_candidates(spec, candidate_source)

@@ -141,9 +141,11 @@ class Gold:
     train_file: TrainFile
 
 
-def read_gold(ctx: RunContext, data_dir: str | Path | None) -> Gold:
-    """The gold (in-domain) or source (transfer) pairs, into gold/ with rejects.jsonl and counts."""
-    gold = read_splits(ctx, ctx.spec.data, data_dir, "gold", "")
+def read_gold(ctx: RunContext, data_dir: str | Path | None, target: Gold | None = None) -> Gold:
+    """The gold (in-domain) or source (transfer) pairs, into gold/ with rejects.jsonl and counts; a source's train
+    holds none of the ``target``'s dev and test pairs (per data.on_overlap)."""
+    held_out = {f"target_{split}": target.splits.split(split) for split in ("dev", "test")} if target is not None else None
+    gold = read_splits(ctx, ctx.spec.data, data_dir, "gold", "", held_out)
     check_gold_usable(gold.splits, ctx.spec)
     check_sbert_cullable(ctx.spec, gold.splits.train.num_rows)
     return gold
@@ -168,8 +170,10 @@ def read_target(ctx: RunContext, data_dir: str | Path | None) -> Gold:
     return target
 
 
-def read_splits(ctx: RunContext, data: DataSpec, data_dir: str | Path | None, folder: str, prefix: str) -> Gold:
-    gold = load_gold(data, ctx.spec.seed, data_dir)
+def read_splits(
+    ctx: RunContext, data: DataSpec, data_dir: str | Path | None, folder: str, prefix: str, held_out: dict[str, pa.Table] | None = None
+) -> Gold:
+    gold = load_gold(data, ctx.spec.seed, data_dir, held_out)
     rejects_path = ctx.layout.rejects(prefix)
     write_rejects(gold.rejects, rejects_path)
     counts = {

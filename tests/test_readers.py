@@ -7,6 +7,7 @@ import pytest
 
 from augsbert_ray.config import DataSpec, SourceSpec
 from augsbert_ray.data import DataNotFoundError, TooManyRejectsError, check_reject_fraction, load_gold, read_pairs, resolve_data_dir, write_rejects
+from augsbert_ray.data.hygiene import pair_keys
 
 
 def reasons(result) -> list[tuple[int, str, str]]:
@@ -37,6 +38,25 @@ def test_csv_with_column_map_and_every_reject_kind(tmp_path: Path) -> None:
     ]
     assert result.rows_read == result.table.num_rows + len(result.rejects) == 7
     assert all(r.file == str(path) for r in result.rejects)
+
+
+@pytest.mark.parametrize("closed_at", [None, 12, "past-the-field-limit"])
+def test_a_quote_left_open_takes_no_line_after_it(tmp_path: Path, closed_at: int | str | None) -> None:
+    """A quote opened in line 5 and never closed (or closed by a stray quote on line 12; or past the csv module's
+    128 KiB field limit): before, every line up to there became one rejected record and was never counted, so 999
+    rows read into 1 reject lost 150 rows silently, and the reject named the last line."""
+    long = closed_at == "past-the-field-limit"
+    rows = [f"s{i} {'w' * 60 if long else 'a'},t{i} b,0.5" for i in range(3000 if long else 20)]
+    rows[3] = 's3 a,"t3 left open,0.5'
+    if closed_at == 12:
+        rows[10] = 's10 "a,t10 b,0.5'  # a stray quote, read as text once its line is read on its own
+    path = tmp_path / "pairs.csv"
+    path.write_text("sentence1,sentence2,label\n" + "".join(row + "\n" for row in rows))
+    result = read_pairs(SourceSpec(path=path), "regression")
+    assert result.rows_read == len(rows) and result.table.num_rows == len(rows) - 1
+    ((line, field, reason),) = [(r.line, r.field, r.reason) for r in result.rejects]
+    assert (line, field) == (5, "(line)")
+    assert reason.startswith("unparseable: field larger than field limit" if long else "a quote opened here is not closed where")
 
 
 def test_score_range_normalizes(tmp_path: Path) -> None:
@@ -140,6 +160,17 @@ def test_stsb_bad_lines_become_rejects(tmp_path: Path) -> None:
     result = read_pairs(SourceSpec(path=path, format="stsb"), "regression")
     assert result.table.column("sentence1").to_pylist() == ['A "quoted']
     assert reasons(result) == [(2, "label", "score"), (3, "sentence1", "missing")]
+
+
+def test_a_transfer_source_keeps_none_of_the_targets_dev_and_test_pairs(data_dir: Path) -> None:
+    """STSb's MSRpar part comes from MRPC: its train holds 498 of MRPC's 1,725 test pairs and 61 of the 408 dev
+    pairs carved at seed 42. Before, transfer STSb -> MRPC fitted the teacher and SBERT-source on them, labels and all."""
+    target = load_gold(DataSpec(dataset="mrpc"), seed=42, data_dir=data_dir)
+    held_out = {f"target_{split}": target.split(split) for split in ("dev", "test")}
+    source = load_gold(DataSpec(dataset="stsb"), seed=42, data_dir=data_dir, held_out=held_out)
+    assert source.overlap == {"dev": 7, "test": 12, "target_dev": 61, "target_test": 498}
+    assert source.overlap_dropped == 18 + 559 and source.train_before_limit == 5749 - 57 - 18 - 559
+    assert not set(pair_keys(source.train)) & {key for table in held_out.values() for key in pair_keys(table)}
 
 
 def test_load_gold_splits_and_limit(data_dir: Path) -> None:

@@ -96,6 +96,8 @@ def test_transfer_stsb_to_mrpc_on_given_pairs(ray_session, tiny_model: Path, dat
     assert silver.num_rows == given["candidates"] and silver.column("score").null_count == 0
     held_out = pair_set(pq.read_table(run_dir / "target" / "test.parquet")) | pair_set(pq.read_table(run_dir / "target" / "dev.parquet"))
     assert not pair_set(silver) & held_out, "a target dev/test pair was labeled for training"
+    # STSb's train holds 498 MRPC test pairs (its MSRpar part): the source's fits must not see them, labels and all
+    assert counts["gold_overlap"]["target_test"] == 498 and not pair_set(pq.read_table(run_dir / "gold" / "train.parquet")) & held_out
     assert pair_set(silver) <= pair_set(pq.read_table(run_dir / "target" / "train.parquet"))
     for name in ("cross_encoder", "sbert_source", "sbert_target", "augsbert"):
         assert (run_dir / "models" / name / "model.safetensors").is_file(), name

@@ -62,14 +62,18 @@ def gold_sources(spec: DataSpec, data_dir: str | Path | None = None) -> dict[str
     return sources
 
 
-def load_gold(spec: DataSpec, seed: int, data_dir: str | Path | None = None) -> GoldData:
-    """Read, validate and split the gold pairs; remove repeated pairs within each split, and dev/test pairs from
-    train per ``on_overlap``. ``eval_limit`` and ``train_limit`` then keep seeded random subsets.
+def load_gold(
+    spec: DataSpec, seed: int, data_dir: str | Path | None = None, held_out: dict[str, pa.Table] | None = None
+) -> GoldData:
+    """Read, validate and split the gold pairs; remove repeated pairs within each split, and dev/test pairs (and
+    ``held_out``'s) from train per ``on_overlap``. ``eval_limit`` and ``train_limit`` then keep seeded random subsets.
 
     Args:
         spec: The data section of a job spec: a named dataset, explicit files, or both.
         seed: Draws the carved dev split, BWS's in-topic split and the ``train_limit``/``eval_limit`` subsets.
         data_dir: Where named datasets live (default: ``spec.data_dir``, $AUGSBERT_DATA_DIR, else ../shared/data).
+        held_out: More pairs train must not hold, by name: a transfer target's dev and test for its source (STSb's
+            train holds 498 of MRPC's 1,725 test pairs).
 
     Returns:
         The train, dev and test tables (sentence1, sentence2, label in [0, 1], topic), with the rows read, the
@@ -114,7 +118,8 @@ def load_gold(spec: DataSpec, seed: int, data_dir: str | Path | None = None) -> 
             tables[split] = random_subset(tables[split], spec.eval_limit, seed)
     # after eval_limit, so that only the dev/test pairs scored are taken out of train; before train_limit, so
     # that it keeps N pairs of what train may use
-    tables["train"], overlap, dropped = split_overlap(tables["train"], {s: tables[s] for s in ("dev", "test")}, spec.on_overlap)
+    tables["train"], overlap, dropped = split_overlap(tables["train"], {**{s: tables[s] for s in ("dev", "test")}, **(held_out or {})},
+                                                      spec.on_overlap)
     train_before_limit = tables["train"].num_rows
     if spec.train_limit is not None:
         tables["train"] = random_subset(tables["train"], spec.train_limit, seed)

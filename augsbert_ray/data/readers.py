@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import math
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,16 +75,41 @@ def _record_lines(path: Path) -> Iterator[tuple[int, str] | Reject]:
 
 
 def _delimited_rows(path: Path, delimiter: str, quoting: int, columns: ColumnMap) -> Iterator[_RawRow | Reject]:
-    """Rows of a delimited file with a header, mapped through ``columns``; quoted fields may span lines."""
+    """Rows of a delimited file with a header, mapped through ``columns``; quoted fields may span lines. A record
+    whose quote is never closed (its lines hold an odd number of quotes) would swallow the lines after it: it is
+    rejected at its first line, and the lines it took are read again as records."""
     good_lines: list[int] = []
+    texts: list[str] = []
+    again: deque[tuple[int, str]] = deque()  # lines an unclosed quote took, read again before the file's next
+
+    decoded = _decoded_lines(path)
 
     def text_lines() -> Iterator[str]:
-        for number, text, raw in _decoded_lines(path):
-            if text is None:
-                pending_rejects.append(bad_utf8(path, number, raw))
-                continue
+        while True:
+            if again:
+                number, text = again.popleft()
+            else:
+                number, text, raw = next(decoded, (0, None, None))
+                if raw is None:
+                    return
+                if text is None:
+                    pending_rejects.append(bad_utf8(path, number, raw))
+                    continue
             good_lines.append(number)
+            texts.append(text)
             yield text + "\n"  # the line end back: a quoted field spanning lines keeps its newline
+
+    def swallowed(start: int, fields: int | None) -> bool:
+        """Whether the record read from line index ``start`` took several lines with a quote left open, or closed by
+        a stray quote lines later (its ``fields`` then miscount); if so, its lines but the first are queued to be
+        read again, by a new reader (the old one may have met the file's end)."""
+        nonlocal reader
+        taken = texts[start:]
+        if len(taken) < 2 or (sum(text.count('"') for text in taken) % 2 == 0 and fields in (None, len(header))):
+            return False
+        again.extendleft(reversed(list(zip(good_lines[start + 1 :], taken[1:]))))
+        reader = csv.reader(text_lines(), delimiter=delimiter, quoting=quoting, strict=False)
+        return True
 
     pending_rejects: list[Reject] = []
     reader = csv.reader(text_lines(), delimiter=delimiter, quoting=quoting, strict=False)
@@ -109,16 +135,22 @@ def _delimited_rows(path: Path, delimiter: str, quoting: int, columns: ColumnMap
             cells = next(reader)
         except StopIteration:
             break
-        except csv.Error as exc:
+        except csv.Error as exc:  # e.g. a field past the csv module's limit, where a quote was left open
             yield from pending_rejects
             pending_rejects.clear()
-            yield Reject(str(path), good_lines[-1] if good_lines else 0, RECORD, f"unparseable: {exc}")
+            line = good_lines[start] if start < len(good_lines) else good_lines[-1] if good_lines else 0
+            swallowed(start, None)
+            yield Reject(str(path), line, RECORD, f"unparseable: {exc}")
             continue
         yield from pending_rejects
         pending_rejects.clear()
         if not cells:
             continue  # a blank line is not a data row
         line = good_lines[start] if start < len(good_lines) else good_lines[-1]
+        if swallowed(start, len(cells)):
+            yield Reject(str(path), line, RECORD, f"a quote opened here is not closed where the field ends (it took lines "
+                                                  f"{line}-{good_lines[-1]} as one record; they are read again)", texts[start][:200])
+            continue
         if len(cells) > len(header):  # e.g. an unquoted delimiter inside a sentence: its fields would shift
             yield Reject(str(path), line, RECORD, f"expected {len(header)} fields, got {len(cells)}", delimiter.join(cells)[:200])
             continue
