@@ -1001,6 +1001,18 @@ def test_a_jsonl_input_without_a_record_names_its_first_bad_line(tmp_path: Path,
     assert str(raised.value) == message.format(file=source)
 
 
+def test_a_sentence_list_reads_lines_as_its_csv_and_jsonl_siblings_do(tmp_path: Path) -> None:
+    """A .txt sentence list. Before: a UTF-8 BOM stayed on the first sentence (its gold pairs then passed the
+    exclusion and became candidates), U+2028 split a sentence in two, and bad UTF-8 was a bare
+    UnicodeDecodeError naming neither file nor line."""
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_bytes(b"\xef\xbb\xbfthe cat sat\r\nthe dog ran\xe2\x80\xa8on\na bird flew\n")
+    assert read_sentences(sentences) == ["the cat sat", "the dog ran\u2028on", "a bird flew"]
+    sentences.write_bytes(b"a b\nc d\n\xff e\n")
+    with pytest.raises(SpecError, match=rf"^target.sentences {re.escape(str(sentences))}:3: not UTF-8; save the file as UTF-8$"):
+        read_sentences(sentences, "target.sentences")
+
+
 def test_a_sentence_of_invisible_characters_is_empty(tmp_path: Path) -> None:
     """A zero-width space, a BOM or a soft hyphen alone reach the model as an empty sentence. Before: gold kept the
     pair, labeling scored it, and a sentence list kept it as a sentence (`str.strip` leaves them)."""

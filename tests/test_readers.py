@@ -59,6 +59,37 @@ def test_a_quote_left_open_takes_no_line_after_it(tmp_path: Path, closed_at: int
     assert reason.startswith("unparseable: field larger than field limit" if long else "a quote opened here is not closed where")
 
 
+def test_a_bws_row_without_its_topic_is_a_reject_and_an_unknown_topic_is_named(tmp_path: Path) -> None:
+    """Before: a blank topic stopped the cross-topic split with `unknown topics ['']` (no file, no line), and the
+    in-topic split took it as a stratum of its own."""
+    from augsbert_ray.data.splits import bws_cross_topic
+
+    path = tmp_path / "bws.csv"
+    path.write_text("topic,sentence_1,sentence_2,regression_label_binary,regression_label\n"
+                    "Abortion,a b,c d,1,0.5\n"
+                    " ,e f,g h,0,0.1\n"
+                    "Nuclear energy ,i j,k l,1,0.7\n")
+    result = read_pairs(SourceSpec(path=path, format="bws"), "regression")
+    assert result.table.column("topic").to_pylist() == ["Abortion", "Nuclear energy"]
+    assert [(r.line, r.field, r.reason) for r in result.rejects] == [(3, "topic", "missing field")]
+    misspelled = result.table.set_column(3, "topic", pa.array(["Abortion", "Nuclear energ"]))
+    with pytest.raises(ValueError, match=r"^BWS cross-topic split: 1 row\(s\) of topics it does not know, \['Nuclear energ'\]; its topics: "):
+        bws_cross_topic(misspelled)
+
+
+def test_a_huge_json_number_and_a_lone_surrogate_are_rejects(tmp_path: Path) -> None:
+    """Before: an OverflowError traceback for the number, and for the surrogate the whole file refused with an
+    encoding error naming neither file nor line."""
+    path = tmp_path / "pairs.jsonl"
+    path.write_text('{"sentence1": "a b", "sentence2": "c d", "label": ' + "9" * 400 + '}\n'
+                    '{"sentence1": "a \\ud800 b", "sentence2": "c d", "label": 0.5}\n'
+                    '{"sentence1": "e f", "sentence2": "g h", "label": 0.3}\n')
+    result = read_pairs(SourceSpec(path=path), "regression")
+    assert result.rows_read == 3 and result.table.column("sentence1").to_pylist() == ["e f"]
+    assert [(r.line, r.field, r.reason[:16]) for r in result.rejects] == [(1, "label", "non-finite score"),
+                                                                         (2, "sentence1", "not valid text (")]
+
+
 def test_score_range_normalizes(tmp_path: Path) -> None:
     path = tmp_path / "pairs.tsv"
     path.write_text("sentence1\tsentence2\tlabel\nx\ty\t4\nx\tz\t\"2\n")

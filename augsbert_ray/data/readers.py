@@ -213,6 +213,15 @@ def raw_rows(source: SourceSpec) -> Iterator[_RawRow | Reject]:
     return _parquet_rows(source.path, source.columns)
 
 
+def _is_text(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8 (a lone surrogate cannot)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _parse_label(value: Any, task: TaskType, score_range: tuple[float, float]) -> tuple[float | int | None, str]:
     """(label, "") or (None, reason)."""
     if value is None or (isinstance(value, str) and not value.strip()):
@@ -226,7 +235,9 @@ def _parse_label(value: Any, task: TaskType, score_range: tuple[float, float]) -
     try:
         score = float(value)
     except (TypeError, ValueError):
-        return None, f"non-numeric score {value!r}"
+        return None, f"non-numeric score {value!r}"[:200]
+    except OverflowError:  # a JSON integer past a float's range
+        return None, f"non-finite score {str(value)[:40]}..."
     low, high = score_range
     if not math.isfinite(score):
         return None, f"non-finite score {value!r}"
@@ -255,20 +266,25 @@ def validate_rows(
                 problem = Reject(str(path), row.line, key, f"not text: {value!r}"[:200], row.text)
             elif is_blank(value):
                 problem = Reject(str(path), row.line, key, EMPTY, row.text)
+            elif not _is_text(value):  # a JSON escape of half a surrogate pair, "\ud800": no text can hold it
+                problem = Reject(str(path), row.line, key, "not valid text (a lone surrogate)",
+                                 row.text.encode("utf-8", "replace").decode())
             if problem:
                 break
         if problem is None:
             label, reason = _parse_label(row.values.get("label"), task, score_range)
             if label is None:
                 problem = Reject(str(path), row.line, "label", reason, row.text)
+        topic = row.values.get("topic")
+        if problem is None and "topic" in row.values and (topic is None or is_blank(str(topic))):  # a mapped topic splits
+            problem = Reject(str(path), row.line, "topic", MISSING_FIELD, row.text)
         if problem is not None:
             rejects.append(problem)
             continue
         columns["sentence1"].append(row.values["sentence1"].strip())
         columns["sentence2"].append(row.values["sentence2"].strip())
         columns["label"].append(label)
-        topic = row.values.get("topic")
-        columns["topic"].append(None if topic is None else str(topic))  # a JSON or Parquet topic may be a number
+        columns["topic"].append(None if topic is None else str(topic).strip())  # a JSON or Parquet topic may be a number
     table = pa.table(
         {
             "sentence1": pa.array(columns["sentence1"], pa.string()),

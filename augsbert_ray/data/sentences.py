@@ -37,7 +37,7 @@ def read_sentences(path: Path, what: str = "--sentences") -> list[str]:
     if not path.is_file():
         raise SpecError(f"{what} {path}: no such file")
     if path.suffix in (".txt", ""):
-        sentences = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        sentences = _text_lines(path, what)
     else:
         fmt = input_format([str(path)], None)
         read_schema(str(path), fmt, (SENTENCE, SENTENCE))  # the column is there and holds text
@@ -49,6 +49,18 @@ def read_sentences(path: Path, what: str = "--sentences") -> list[str]:
     sentences = [s for s in sentences if not is_blank(s)]
     if len(set(sentences)) < 2:
         raise SpecError(f"{what} {path}: needs at least two distinct non-empty sentences")
+    return sentences
+
+
+def _text_lines(path: Path, what: str) -> list[str]:
+    """A .txt file's lines, stripped: split at line ends only (str.splitlines also splits at U+2028, U+0085 and form
+    feeds inside a sentence), without a UTF-8 BOM (it would keep the first sentence from matching its gold pair)."""
+    sentences = []
+    for number, line in enumerate(path.read_bytes().removeprefix(b"\xef\xbb\xbf").split(b"\n"), start=1):
+        try:
+            sentences.append(line.decode("utf-8").strip())
+        except UnicodeDecodeError:
+            raise SpecError(f"{what} {path}:{number}: not UTF-8; save the file as UTF-8") from None
     return sentences
 
 

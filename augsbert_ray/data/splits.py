@@ -35,7 +35,9 @@ def bws_cross_topic(table: pa.Table) -> dict[str, pa.Table]:
     known = {topic for topics in BWS_CROSS_TOPIC.values() for topic in topics}
     unknown = set(table.column("topic").to_pylist()) - known
     if unknown:
-        raise ValueError(f"BWS cross-topic split: unknown topics {sorted(unknown)}")
+        rows = sum(topic in unknown for topic in table.column("topic").to_pylist())
+        raise ValueError(f"BWS cross-topic split: {rows} row(s) of topics it does not know, {sorted(unknown)}; its topics: "
+                         f"{', '.join(sorted(known))} (data.bws_split: in-topic takes any)")
     return {
         split: table.filter(pc.is_in(table.column("topic"), pa.array(topics)))
         for split, topics in BWS_CROSS_TOPIC.items()
