@@ -21,6 +21,7 @@ from augsbert_ray.config import EncoderSpec, TrainingSpec
 from augsbert_ray.layout import TrainFile
 from augsbert_ray.runtime import configure_torch_threads, format_seconds, log, setup_worker_logging, warn_cpu_bf16
 
+FIT_METRICS = "augsbert_fit.json"  # in a fit's final checkpoint: what it reported, to report again on a resume
 
 
 def read_training_pairs(files: list[TrainFile]) -> pa.Table:
@@ -178,6 +179,8 @@ def train_and_report(
 ) -> None:
     """Worker side of every fit: run the sentence-transformers trainer and report the final model."""
     warn_bf16_on_cpu(config)
+    if report_finished_fit(config["name"]):
+        return
     with tempfile.TemporaryDirectory() as output_dir:
         args = training_arguments(
             args_cls, spec, config["seed"], output_dir, find_unused_parameters, config["checkpoint_every"], bf16=config["bf16"]
@@ -189,13 +192,34 @@ def train_and_report(
 
 
 def report_final_model(model: Any, metrics: dict[str, Any]) -> None:
-    """Every worker reports; rank 0 attaches the saved model as the checkpoint."""
+    """Every worker reports; rank 0 attaches the saved model, with the metrics beside it, as the checkpoint."""
     if ray.train.get_context().get_world_rank() == 0:
         with tempfile.TemporaryDirectory() as tmp:
             model.save_pretrained(tmp)
+            (Path(tmp) / FIT_METRICS).write_text(json.dumps(metrics), encoding="utf-8")
             ray.train.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
     else:
         ray.train.report(metrics)
+
+
+def report_finished_fit(name: str) -> bool:
+    """Report again the final model that Ray Train kept from an earlier attempt of this fit, if it holds one: the fit
+    finished, and the driver that ran it stopped before recording it (`augsbert run --resume` would train it again
+    from the start). Whether it did."""
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None:
+        return False
+    with checkpoint.as_directory() as directory:
+        saved = Path(directory) / FIT_METRICS
+        if not saved.is_file():  # a training state, to resume from
+            return False
+        metrics = json.loads(saved.read_text(encoding="utf-8"))
+        log.info("fit %s finished in an earlier attempt: its final model is reported again", name)
+        if ray.train.get_context().get_world_rank() == 0:
+            ray.train.report({**metrics, "reused": True}, checkpoint=Checkpoint.from_directory(directory))
+        else:
+            ray.train.report({**metrics, "reused": True})
+    return True
 
 
 def worker_setup(config: dict[str, Any]) -> None:
@@ -252,4 +276,5 @@ def fit_on_ray(
     if model_dir.exists():
         shutil.rmtree(model_dir)
     result.checkpoint.to_directory(str(model_dir))
+    (model_dir / FIT_METRICS).unlink(missing_ok=True)  # the checkpoint's own; the model directory holds the model
     return dict(result.metrics or {})
