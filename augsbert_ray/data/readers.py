@@ -148,8 +148,9 @@ def _delimited_rows(path: Path, delimiter: str, quoting: int, columns: ColumnMap
             continue  # a blank line is not a data row
         line = good_lines[start] if start < len(good_lines) else good_lines[-1]
         if swallowed(start, len(cells)):
-            yield Reject(str(path), line, RECORD, f"a quote opened here is not closed where the field ends (it took lines "
-                                                  f"{line}-{good_lines[-1]} as one record; they are read again)", texts[start][:200])
+            reason = f"a quote opened here is not closed where the field ends (it took lines {line}-{good_lines[-1]} as one record; " \
+                     "they are read again)"
+            yield Reject(str(path), line, RECORD, reason, texts[start][:200])
             continue
         if len(cells) > len(header):  # e.g. an unquoted delimiter inside a sentence: its fields would shift
             yield Reject(str(path), line, RECORD, f"expected {len(header)} fields, got {len(cells)}", delimiter.join(cells)[:200])
