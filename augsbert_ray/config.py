@@ -161,6 +161,9 @@ class DataSpec(_Strict):
             raise ValueError("without a named 'dataset', a 'test' file is required")
         if self.dataset is None and self.train is None and self.dev is None:
             raise ValueError("without a named 'dataset' or a 'train' file, a 'dev' file is required")
+        scaled = next((split for split in ("train", "dev", "test") if getattr(self, split) and getattr(self, split).score_range), None)
+        if scaled and self.resolved_task == "classification":  # before: ignored in silence
+            raise ValueError(f"{scaled}.score_range scales regression labels; a classification task takes 0/1 labels")
         return self
 
     @property

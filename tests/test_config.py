@@ -127,6 +127,16 @@ def test_long_jobs_save_training_states_and_survive_failures() -> None:
         assert (training.max_failures, training.checkpoint_every) == (2, 200), job
 
 
+def test_a_score_range_under_a_classification_task_is_refused(tmp_path) -> None:
+    """Before: ignored in silence (`augsbert evaluate` refused the same combination)."""
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("sentence1,sentence2,label\na,b,1\n")
+    files = {"dataset": None, "train": {"path": str(pairs)}, "dev": {"path": str(pairs)}}
+    with pytest.raises(ValidationError, match=r"test.score_range scales regression labels; a classification task takes 0/1 labels"):
+        JobSpec.model_validate({"data": {**files, "task": "classification", "test": {"path": str(pairs), "score_range": [0, 5]}}})
+    assert JobSpec.model_validate({"data": {**files, "test": {"path": str(pairs), "score_range": [0, 5]}}}).data.test.score_range == (0, 5)
+
+
 def test_a_gpu_fit_under_tuning_needs_gpus_per_trial() -> None:
     """Before: training.use_gpu was silently ignored by the tuned fits, which trained on CPU."""
     with pytest.raises(ValidationError, match=r"training.use_gpu: .* set tuning.gpus_per_trial too"):
