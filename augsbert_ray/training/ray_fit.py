@@ -193,13 +193,12 @@ def train_and_report(
 
 def report_final_model(model: Any, metrics: dict[str, Any]) -> None:
     """Every worker reports; rank 0 attaches the saved model, with the metrics beside it, as the checkpoint."""
-    if ray.train.get_context().get_world_rank() == 0:
-        with tempfile.TemporaryDirectory() as tmp:
+    rank_0 = ray.train.get_context().get_world_rank() == 0
+    with tempfile.TemporaryDirectory() as tmp:
+        if rank_0:
             model.save_pretrained(tmp)
             (Path(tmp) / FIT_METRICS).write_text(json.dumps(metrics), encoding="utf-8")
-            ray.train.report(metrics, checkpoint=Checkpoint.from_directory(tmp))
-    else:
-        ray.train.report(metrics)
+        ray.train.report(metrics, checkpoint=Checkpoint.from_directory(tmp) if rank_0 else None)
 
 
 def report_finished_fit(name: str) -> bool:
@@ -213,12 +212,10 @@ def report_finished_fit(name: str) -> bool:
         saved = Path(directory) / FIT_METRICS
         if not saved.is_file():  # a training state, to resume from
             return False
-        metrics = json.loads(saved.read_text(encoding="utf-8"))
+        metrics = {**json.loads(saved.read_text(encoding="utf-8")), "reused": True}
         log.info("fit %s finished in an earlier attempt: its final model is reported again", name)
-        if ray.train.get_context().get_world_rank() == 0:
-            ray.train.report({**metrics, "reused": True}, checkpoint=Checkpoint.from_directory(directory))
-        else:
-            ray.train.report({**metrics, "reused": True})
+        rank_0 = ray.train.get_context().get_world_rank() == 0
+        ray.train.report(metrics, checkpoint=Checkpoint.from_directory(directory) if rank_0 else None)
     return True
 
 
