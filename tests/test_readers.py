@@ -77,17 +77,21 @@ def test_a_bws_row_without_its_topic_is_a_reject_and_an_unknown_topic_is_named(t
         bws_cross_topic(misspelled)
 
 
-def test_a_huge_json_number_and_a_lone_surrogate_are_rejects(tmp_path: Path) -> None:
-    """Before: an OverflowError traceback for the number, and for the surrogate the whole file refused with an
-    encoding error naming neither file nor line."""
+def test_a_huge_json_number_a_lone_surrogate_and_a_boolean_score_are_rejects(tmp_path: Path) -> None:
+    """Before: an OverflowError traceback for the number, for the surrogate the whole file refused with an
+    encoding error naming neither file nor line, and a JSON `true` under regression read as the score 1.0."""
     path = tmp_path / "pairs.jsonl"
     path.write_text('{"sentence1": "a b", "sentence2": "c d", "label": ' + "9" * 400 + '}\n'
                     '{"sentence1": "a \\ud800 b", "sentence2": "c d", "label": 0.5}\n'
-                    '{"sentence1": "e f", "sentence2": "g h", "label": 0.3}\n')
+                    '{"sentence1": "e f", "sentence2": "g h", "label": 0.3}\n'
+                    '{"sentence1": "i j", "sentence2": "k l", "label": true}\n')
     result = read_pairs(SourceSpec(path=path), "regression")
-    assert result.rows_read == 3 and result.table.column("sentence1").to_pylist() == ["e f"]
+    assert result.rows_read == 4 and result.table.column("sentence1").to_pylist() == ["e f"]
     assert [(r.line, r.field, r.reason[:16]) for r in result.rejects] == [(1, "label", "non-finite score"),
-                                                                         (2, "sentence1", "not valid text (")]
+                                                                         (2, "sentence1", "not valid text ("),
+                                                                         (4, "label", "boolean score Tr")]
+    # a yes/no label is fine where the task is classification
+    assert read_pairs(SourceSpec(path=path), "classification").table.column("label").to_pylist() == [1]
 
 
 def test_score_range_normalizes(tmp_path: Path) -> None:

@@ -233,6 +233,8 @@ def _parse_label(value: Any, task: TaskType, score_range: tuple[float, float]) -
         if text not in mapping:
             return None, f"bad label {value!r}: expected 0 or 1"
         return mapping[text], ""
+    if isinstance(value, bool):  # float(True) is 1.0: a yes/no column is not a similarity score
+        return None, f"boolean score {value!r}: a regression label is a number"
     try:
         score = float(value)
     except (TypeError, ValueError):
