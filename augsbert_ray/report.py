@@ -57,7 +57,7 @@ def dataset_name(data: Any) -> str:
 
 def cleaning_lines(what: str, counts: dict[str, Any], on_overlap: str) -> list[str]:
     """The accepted pairs removed on purpose (see GoldData.cleaning_counts): repeats within a split, and train
-    pairs that dev or test also has."""
+    pairs that dev or test also has; and the test pairs that dev also has."""
     def per_split(counted: dict[str, int]) -> str:
         return ", ".join(f"{split} {n}" for split, n in counted.items())
 
@@ -68,6 +68,8 @@ def cleaning_lines(what: str, counts: dict[str, Any], on_overlap: str) -> list[s
         f"{per_split(counts[f'{what}_duplicates'])}; of these with another label: {per_split(counts[f'{what}_label_conflicts'])}",
         f"- {what} dev/test pairs also in train (either order): {per_split(overlap)}; "
         f"{counts[f'{what}_overlap_dropped']} dropped from train (on_overlap: {on_overlap})",
+        f"- {what} test pairs also in dev (either order), kept: dev only picks seeds and checkpoints: "
+        f"{counts[f'{what}_dev_test_overlap']}",
     ]
 
 

@@ -497,7 +497,7 @@ def repeating_gold(tmp_path: Path) -> dict:
               (train[4][1], train[4][0], "0.998")]
     dev = [(f"d{i} one", f"d{i} two", f"{i / 25:.3f}") for i in range(18)] + [(train[5][1], train[5][0], "0.1"), train[6]]
     dev.append((dev[0][1], dev[0][0], dev[0][2]))
-    test = [(f"e{i} one", f"e{i} two", f"{i / 25:.3f}") for i in range(19)] + [train[7]]
+    test = [(f"e{i} one", f"e{i} two", f"{i / 25:.3f}") for i in range(19)] + [train[7], (dev[1][1], dev[1][0], "0.5")]
     files = {split: rows_file(tmp_path / f"{split}.csv", rows) for split, rows in (("train", train), ("dev", dev), ("test", test))}
     return {"dataset": None, **{split: {"path": str(path)} for split, path in files.items()}}
 
@@ -512,9 +512,10 @@ def test_repeated_and_overlapping_pairs_are_counted_removed_and_reported(tmp_pat
     assert counts["gold_duplicates"] == {"train": 5, "dev": 1, "test": 0}
     assert counts["gold_label_conflicts"] == {"train": 2, "dev": 0, "test": 0}
     assert counts["gold_overlap"] == {"dev": 2, "test": 1} and counts["gold_overlap_dropped"] == 3
-    assert (counts["gold_train"], counts["gold_dev"], counts["gold_test"]) == (27, 20, 20)
+    assert (counts["gold_train"], counts["gold_dev"], counts["gold_test"]) == (27, 20, 21)
+    assert counts["gold_dev_test_overlap"] == 1  # counted, kept in both
     # nothing silently dropped: read = accepted + rejected, accepted = the splits + the pairs removed on purpose
-    assert counts["rows_read"] == counts["accepted"] + counts["rejected"] == 76
+    assert counts["rows_read"] == counts["accepted"] + counts["rejected"] == 77
     removed = sum(counts["gold_duplicates"].values()) + counts["gold_overlap_dropped"]
     assert counts["accepted"] == counts["gold_train"] + counts["gold_dev"] + counts["gold_test"] + removed
     labels = dict(zip(gold.train.column("sentence1").to_pylist(), gold.train.column("label").to_pylist()))
@@ -523,10 +524,11 @@ def test_repeated_and_overlapping_pairs_are_counted_removed_and_reported(tmp_pat
     assert pq.read_table(tmp_path / "run" / "gold" / "train.parquet").num_rows == 27
     write_report(spec, run_metrics(ctx, counts, [], Silver({}), {}, {}, {}, {}), tmp_path / "run" / "report.md")
     report = (tmp_path / "run" / "report.md").read_text()
-    assert ("- gold rows read 76 = accepted 76 + rejected 0 (rejects in rejects.jsonl)\n"
+    assert ("- gold rows read 77 = accepted 77 + rejected 0 (rejects in rejects.jsonl)\n"
             "- gold pairs repeated within a split (either order), removed with the first kept: train 5, dev 1, test 0; "
             "of these with another label: train 2, dev 0, test 0\n"
-            "- gold dev/test pairs also in train (either order): dev 2, test 1; 3 dropped from train (on_overlap: drop)\n") in report
+            "- gold dev/test pairs also in train (either order): dev 2, test 1; 3 dropped from train (on_overlap: drop)\n"
+            "- gold test pairs also in dev (either order), kept: dev only picks seeds and checkpoints: 1\n") in report
 
 
 def test_overlap_kept_is_counted(tmp_path: Path) -> None:

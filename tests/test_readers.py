@@ -213,14 +213,14 @@ def test_load_gold_splits_and_limit(data_dir: Path) -> None:
     again = load_gold(DataSpec(train_limit=1000), seed=1, data_dir=data_dir)
     other = load_gold(DataSpec(train_limit=1000), seed=2, data_dir=data_dir)
     # STSb repeats 57 train, 3 dev and 2 test pairs (14, 0 and 1 of them with another label); 7 dev and 12 test
-    # pairs are also in train, 18 train pairs in all (one is in both), and leave train
+    # pairs are also in train, 18 train pairs in all (one is in both), and leave train; 3 test pairs are also in dev
     assert (stsb.train.num_rows, stsb.dev.num_rows, stsb.test.num_rows) == (1000, 1500 - 3, 1379 - 2)
     assert stsb.train.equals(again.train) and not stsb.train.equals(other.train)
     assert stsb.rows_read == 8628 and stsb.train_before_limit == 5749 - 57 - 18
     assert stsb.cleaning_counts("gold_") == {
         "gold_duplicates": {"train": 57, "dev": 3, "test": 2}, "gold_duplicates_kept": False,
         "gold_label_conflicts": {"train": 14, "dev": 0, "test": 1},
-        "gold_overlap": {"dev": 7, "test": 12}, "gold_overlap_dropped": 18,
+        "gold_overlap": {"dev": 7, "test": 12}, "gold_overlap_dropped": 18, "gold_dev_test_overlap": 3,
     }
     kept = load_gold(DataSpec(on_overlap="keep"), seed=1, data_dir=data_dir)
     assert kept.train_before_limit == 5749 - 57 and kept.overlap == {"dev": 7, "test": 12} and kept.overlap_dropped == 0

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from augsbert_ray.config import DataSpec, SourceSpec, TaskType
-from augsbert_ray.data.hygiene import dedupe, split_overlap
+from augsbert_ray.data.hygiene import dedupe, shared_pairs, split_overlap
 from augsbert_ray.data.paths import named_dataset_files, resolve_data_dir
 from augsbert_ray.data.readers import ReadResult, read_pairs
 from augsbert_ray.data.rejects import Reject
@@ -31,6 +31,7 @@ class GoldData:
     label_conflicts: dict[str, int] = field(default_factory=dict)  # split -> of those, repeats with another label
     overlap: dict[str, int] = field(default_factory=dict)  # dev/test -> its pairs also in train
     overlap_dropped: int = 0  # train pairs removed because dev or test has them
+    dev_test_overlap: int = 0  # test pairs also in dev (counted only)
 
     def split(self, name: str) -> pa.Table:
         return {"train": self.train, "dev": self.dev, "test": self.test}[name]
@@ -43,6 +44,7 @@ class GoldData:
             f"{prefix}label_conflicts": self.label_conflicts,
             f"{prefix}overlap": self.overlap,
             f"{prefix}overlap_dropped": self.overlap_dropped,
+            f"{prefix}dev_test_overlap": self.dev_test_overlap,
         }
 
 
@@ -137,4 +139,5 @@ def load_gold(
         label_conflicts=conflicts,
         overlap=overlap,
         overlap_dropped=dropped,
+        dev_test_overlap=shared_pairs(tables["test"], tables["dev"]),
     )

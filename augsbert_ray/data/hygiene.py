@@ -1,6 +1,7 @@
 """Gold pairs that repeat. Within a split a repeat is removed (the first kept); a dev or test pair that is also in
-train would inflate the dev/test metrics, so it is counted and, per ``on_overlap``, dropped from train. A pair and
-its swap, (a,b) and (b,a), are one pair. Removed pairs are counted, never rejects: they were valid rows."""
+train would inflate the dev/test metrics, so it is counted and, per ``on_overlap``, dropped from train; a test pair
+that dev also has is counted only (dev picks seeds and checkpoints, never fits). A pair and its swap, (a,b) and
+(b,a), are one pair. Removed pairs are counted, never rejects: they were valid rows."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def split_overlap(train: pa.Table, held_out: dict[str, pa.Table], on_overlap: On
     pairs from train, keep them, or stop with an error naming the count and the first such pair."""
     train_keys = pair_keys(train)
     in_train = set(train_keys)
-    overlap = {split: sum(key in in_train for key in pair_keys(table)) for split, table in held_out.items()}
+    overlap = {split: shared_pairs(table, train) for split, table in held_out.items()}
     if on_overlap == "keep" or not any(overlap.values()):
         return train, overlap, 0
     if on_overlap == "error":
@@ -54,3 +55,9 @@ def split_overlap(train: pa.Table, held_out: dict[str, pa.Table], on_overlap: On
     held = {key for table in held_out.values() for key in pair_keys(table)}
     kept = [row for row, key in enumerate(train_keys) if key not in held]
     return train.take(pa.array(kept, pa.int64())), overlap, train.num_rows - len(kept)
+
+
+def shared_pairs(table: pa.Table, other: pa.Table) -> int:
+    """How many of ``table``'s rows hold a pair that ``other`` also has (either order)."""
+    in_other = set(pair_keys(other))
+    return sum(key in in_other for key in pair_keys(table))
