@@ -13,7 +13,10 @@ from safetensors.torch import load_file
 from augsbert_ray.cli import main
 from augsbert_ray.config import JobSpec, SpecError, TuningSpec, load_spec
 from augsbert_ray.data import load_gold
-from augsbert_ray.tuning.search import SearchSetup, concurrent_trials, plan_trials, record, run_phase, search, trial_config
+from augsbert_ray.tuning.report import tuning_markdown, tuning_summary
+from augsbert_ray.tuning.search import (
+    Outcome, SearchSetup, Trial, asha_schedule, concurrent_trials, plan_trials, record, run_phase, search, trial_config,
+)
 from augsbert_ray.tuning.trial_loop import CullBoard, cull_step, eval_steps, total_steps
 
 TRAIN_ROWS, BATCH, EPOCHS = 40, 8, 4  # 5 steps per epoch, 20 in all
@@ -159,6 +162,24 @@ def test_asha_stops_trials_at_the_cull_rung(ray_session, tiny_model: Path, gold_
             assert trial.status == "culled" and steps == [rung] and rung <= trial.steps <= total
     assert outcome.trials[0].status == "survived"  # ASHA lets the first trial through every rung
     assert outcome.chosen == max((t for t in outcome.trials if t.final_score is not None), key=lambda t: t.final_score).name
+
+
+def test_asha_scores_every_trial_at_its_one_rung(tmp_path: Path) -> None:
+    """Before: ASHA compared the trials at the longest fit's cull step, while each trial scored dev (and tuning.md
+    showed the score) at its own cull step: a shorter top_k fit was compared at a step it never scored."""
+    spec = load_spec(None, ["tuning={seeds: [1], top_k: [1, 3], scheduler: asha, eval_every: 0.5, keep: 1}"])
+    setup = SearchSetup(spec, "augsbert_bm25", "unused", "unused", tmp_path)
+    short, long = Trial("k1", 1, 1, [], 30, final_score=70.0), Trial("k3", 1, 3, [], 100, final_score=71.0)
+    rung, reduction = asha_schedule(100, 2, spec.tuning.cull_at)
+    assert (rung, reduction) == (20, 2)
+    assert [trial_config(setup, trial, "asha", None, None, rung=rung)["loop"]["eval_steps"] for trial in (short, long)] \
+        == [[15, 20, 30], [20, 50, 100]]
+    assert trial_config(setup, short, "search", None, None)["loop"]["eval_steps"] == [6, 15, 30]  # its own cull step
+    outcome = Outcome("augsbert_bm25", "asha", spec.tuning.cull_at, 1, [short, long], "k3", 1.0)
+    markdown = tuning_markdown("t", tuning_summary({"augsbert_bm25": outcome}, {"augsbert_bm25": 69.0}, "spearman"))
+    assert ("Scheduler `asha`: ASHA compares every trial's dev score at step 20 (20% of the longest fit; a shorter fit "
+            "runs to its end) and stops those below its cutoff (reduction factor 2); it lets the first trial through, "
+            "so more than 1 may finish (steps per fit: 30, 100).") in markdown
 
 
 @pytest.mark.slow

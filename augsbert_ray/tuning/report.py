@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from augsbert_ray.report import gate_line
-from augsbert_ray.tuning.search import Outcome
+from augsbert_ray.tuning.search import Outcome, asha_schedule
 
 
 def tuning_summary(outcomes: dict[str, Outcome], test_scores: dict[str, float], metric: str) -> dict[str, Any]:
@@ -35,12 +35,18 @@ def tuning_markdown(title: str, summary: dict[str, Any]) -> str:
     if gate := summary.get("teacher"):
         lines += [gate_line(gate), ""]
     for name, data in summary["models"].items():
-        cull_steps = sorted({trial["total_steps"] for trial in data["trials"]})
+        fit_steps = ", ".join(map(str, sorted({trial["total_steps"] for trial in data["trials"]})))
+        if data["scheduler"] == "asha":
+            rung, reduction = asha_schedule(data["steps_one_fit"], len(data["trials"]), data["cull_at"])
+            rule = (f"ASHA compares every trial's dev score at step {rung} ({data['cull_at']:.0%} of the longest fit; a "
+                    f"shorter fit runs to its end) and stops those below its cutoff (reduction factor {reduction}); it "
+                    f"lets the first trial through, so more than {data['keep']} may finish")
+        else:
+            rule = f"every trial trains to {data['cull_at']:.0%} of its steps; the best {data['keep']} by dev score there go on"
         lines += [
             f"## {name}",
             "",
-            f"Scheduler `{data['scheduler']}`: every trial trains to {data['cull_at']:.0%} of its steps; "
-            f"the best {data['keep']} by dev score there go on (steps per fit: {', '.join(map(str, cull_steps))}).",
+            f"Scheduler `{data['scheduler']}`: {rule} (steps per fit: {fit_steps}).",
             "",
             "| trial | seed | top_k | dev at cull point | dev at end | steps trained | status |",
             "|---|---:|---:|---:|---:|---:|---|",

@@ -4,8 +4,8 @@
   When the cluster holds every trial at once, the trials meet at the cull step (a CullBoard actor) and the
   survivors go on in place, on the CPUs the culled ones free. Otherwise in two Tune phases: phase one trains
   every trial to the cull step and checkpoints its full training state; the best resume from it to the end.
-- ``asha``: one Tune run with a plain ASHAScheduler (grace period = the cull step, reduction factor =
-  the number of trials). ASHA lets the first trial through each rung, so more than ``keep`` may finish.
+- ``asha``: one Tune run with a plain ASHAScheduler (grace period = the longest fit's cull step, where every
+  trial scores dev; reduction factor = the number of trials). ASHA lets the first trial through each rung, so more than ``keep`` may finish.
 """
 
 from __future__ import annotations
@@ -135,10 +135,13 @@ def live_node_resources() -> list[dict[str, float]]:
 
 
 def trial_config(
-    setup: SearchSetup, trial: Trial, phase: str, stop_at: int | None, resume_from: str | None, cull: dict[str, Any] | None = None
+    setup: SearchSetup, trial: Trial, phase: str, stop_at: int | None, resume_from: str | None,
+    cull: dict[str, Any] | None = None, rung: int | None = None,
 ) -> dict[str, Any]:
     """What Tune runs for ``trial`` in ``phase``: ``stop_at`` checkpoints and stops there; ``cull`` (the board,
-    cull step and threads after it) makes the trial ask the board there whether it goes on."""
+    cull step and threads after it) makes the trial ask the board there whether it goes on. Dev is scored at the
+    trial's cull step, or at ASHA's ``rung`` (one step for all trials), and every ``eval_every`` of its steps."""
+    compared_at = cull_step(trial.total_steps, setup.tuning.cull_at) if rung is None else min(rung, trial.total_steps)
     loop = {
         "name": f"{setup.model_name}-{phase}-{trial.name}",
         "trial": trial.name,
@@ -149,7 +152,7 @@ def trial_config(
         "threads": torch_threads(setup.tuning.cpus_per_trial),
         "bf16": setup.spec.training.bf16,
         "total_steps": trial.total_steps,
-        "eval_steps": eval_steps(trial.total_steps, cull_step(trial.total_steps, setup.tuning.cull_at), setup.tuning.eval_every),
+        "eval_steps": eval_steps(trial.total_steps, compared_at, setup.tuning.eval_every),
         "stop_at": stop_at,
         "cull": cull,
         "resume_from": resume_from,
@@ -291,15 +294,21 @@ def checkpointed_search(setup: SearchSetup, trials: list[Trial], culls: dict[str
         trial.status = "survived"
 
 
+def asha_schedule(longest_fit: int, trial_count: int, cull_at: float) -> tuple[int, int]:
+    """(ASHA's first rung, where it compares every trial: the longest fit's cull step; its reduction factor)."""
+    return cull_step(longest_fit, cull_at), max(2, trial_count)
+
+
 def asha_search(setup: SearchSetup, trials: list[Trial]) -> None:
-    """Plain ASHA: grace period at the cull step, reduction factor = number of trials."""
-    total = max(trial.total_steps for trial in trials)
-    cull = cull_step(total, setup.tuning.cull_at)
-    scheduler = ASHAScheduler(time_attr="step", grace_period=cull, max_t=total, reduction_factor=max(2, len(trials)))
-    configs = [trial_config(setup, trial, "asha", None, None) for trial in trials]
+    """Plain ASHA: grace period at the longest fit's cull step, reduction factor = number of trials. Each trial
+    reports dev at that step, so that its cull score is the one ASHA compared (a fit shorter than it runs to its end)."""
+    longest = max(trial.total_steps for trial in trials)
+    rung, reduction = asha_schedule(longest, len(trials), setup.tuning.cull_at)
+    scheduler = ASHAScheduler(time_attr="step", grace_period=rung, max_t=longest, reduction_factor=reduction)
+    configs = [trial_config(setup, trial, "asha", None, None, rung=rung) for trial in trials]
     results = run_phase(setup, configs, "asha", scheduler)
     for trial in trials:
-        record(trial, results[trial.name], cull_step(trial.total_steps, setup.tuning.cull_at))
+        record(trial, results[trial.name], rung)
         trial.status = "survived" if trial.final_score is not None else "culled"
 
 
