@@ -23,6 +23,7 @@ MODEL_TITLES = {
     "augsbert_bm25_ss": "AugSBERT-BM25+SS",
     "zero_shot": "Zero-shot bi-encoder",
     "jaccard": "Jaccard baseline",
+    "majority": "Majority-class baseline (every pair dev's majority class)",
 }
 
 
@@ -68,8 +69,8 @@ def cleaning_lines(what: str, counts: dict[str, Any], on_overlap: str) -> list[s
         f"{per_split(counts[f'{what}_duplicates'])}; of these with another label: {per_split(counts[f'{what}_label_conflicts'])}",
         f"- {what} dev/test pairs also in train (either order): {per_split(overlap)}; "
         f"{counts[f'{what}_overlap_dropped']} dropped from train (on_overlap: {on_overlap})",
-        f"- {what} test pairs also in dev (either order), kept: dev only picks seeds and checkpoints: "
-        f"{counts[f'{what}_dev_test_overlap']}",
+        *([f"- {what} test pairs also in dev (either order), kept: dev only picks seeds and checkpoints: "
+           f"{counts[f'{what}_dev_test_overlap']}"] if f"{what}_dev_test_overlap" in counts else []),  # older metrics lack it
     ]
 
 

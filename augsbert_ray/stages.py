@@ -25,7 +25,9 @@ import ray
 
 from augsbert_ray.config import TOP_K_STRATEGIES, BiEncoderSpec, DataSpec, JobSpec, SamplingSpec, SpecError
 from augsbert_ray.data import GoldData, check_gold_usable, check_reject_fractions, load_gold, read_sentences, write_rejects
-from augsbert_ray.evaluation import Evaluation, check_scores, dev_metric, evaluate_on_ray, metrics_from_scores, score_pairs_on_ray
+from augsbert_ray.evaluation import (
+    Evaluation, check_scores, dev_metric, evaluate_on_ray, majority_baseline, metrics_from_scores, score_pairs_on_ray,
+)
 from augsbert_ray.files import atomic_write_text
 from augsbert_ray.labeling import LabelJob, Teacher, TeacherMember, label_dataset, labels_in_process
 from augsbert_ray.layout import PROGRESS_FILE, RunLayout, TrainFile, bi_encoder_name, silver_files
@@ -579,7 +581,7 @@ def with_sampling(spec: JobSpec, **changes: Any) -> JobSpec:
 def evaluate_models(ctx: RunContext, checked: CheckedTeacher, bi_encoders: list[str], eval_set: GoldData) -> dict[str, Evaluation]:
     """Every model on the dev and test split, each scoring a Ray task: the teacher's models (and an ensemble
     teacher itself; on dev, the gate's scores), the bi-encoders in models/, the untrained zero-shot bi-encoder and
-    the Jaccard baseline."""
+    the Jaccard baseline (and for classification the majority-class one)."""
     spec, task, teacher = ctx.spec, ctx.spec.evaluation_task, checked.teacher
     assert checked.dev is eval_set.dev, "the teacher gate scored another dev split"
     test_refs = [score_pairs_on_ray(m.kind, m.model, eval_set.test, spec.evaluation.cpus, spec.evaluation.gpus) for m in teacher.members]
@@ -596,4 +598,7 @@ def evaluate_models(ctx: RunContext, checked: CheckedTeacher, bi_encoders: list[
     if len(teacher.members) > 1:
         evaluations["teacher"] = metrics_from_scores(task, teacher.combine(checked.dev_scores), dev_labels,
                                                      teacher.combine(test_scores), test_labels, teacher.labeler)
-    return {**evaluations, **{name: ray.get(ref) for name, ref in refs.items()}}
+    evaluations.update({name: ray.get(ref) for name, ref in refs.items()})
+    if task == "classification":
+        evaluations["majority"] = majority_baseline(dev_labels, test_labels)
+    return evaluations

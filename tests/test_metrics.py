@@ -1,7 +1,9 @@
 import numpy as np
 import pytest
 
-from augsbert_ray.evaluation import auc_at_fpr, best_threshold, f1_at, jaccard_scores, metrics_from_scores, spearman_x100
+from augsbert_ray.evaluation import (
+    Evaluation, auc_at_fpr, best_threshold, f1_at, jaccard_scores, majority_baseline, metrics_from_scores, spearman_x100,
+)
 
 
 def test_spearman_by_hand() -> None:
@@ -45,6 +47,13 @@ def test_jaccard_by_hand() -> None:
     assert got.tolist() == pytest.approx([2 / 4, 0.0])
 
 
+def test_majority_baseline_gives_every_pair_devs_majority_class() -> None:
+    # dev 2 of 3 positive: every test pair positive, tp=1, fp=3 -> F1 = 2/5; dev: tp=2, fp=1 -> 0.8
+    assert majority_baseline(np.array([1, 1, 0]), np.array([1, 0, 0, 0])) == Evaluation(80.0, 40.0)
+    assert majority_baseline(np.array([1, 0]), np.array([1, 0])).test == pytest.approx(200 / 3)  # a tie: positive
+    assert majority_baseline(np.array([0, 0, 1]), np.array([1, 1])) == Evaluation(0.0, 0.0)  # no positive predicted
+
+
 def test_classification_threshold_comes_from_dev() -> None:
     dev_scores, dev_labels = np.array([0.2, 0.6, 0.7]), np.array([0, 1, 1])
     test_scores, test_labels = np.array([0.55, 0.65, 0.1]), np.array([1, 1, 0])
@@ -64,10 +73,13 @@ def test_a_classification_report_shows_test_auc05_beside_f1(tmp_path) -> None:
 
     run = Path(__file__).parents[1] / "bench/results/reproduce_best_teacher_runs/mrpc-full-seed42_lexical-20261127-162950"
     metrics = json.loads((run / "metrics.json").read_text())
+    metrics["dev"]["majority"], metrics["test"]["majority"] = 80.0, 79.87  # made before this baseline was
+    metrics["details"]["majority"] = {"dev": 80.0, "test": 79.87}
     write_report(load_spec(None, ["data.dataset=mrpc"]), metrics, tmp_path / "report.md")
     lines = (tmp_path / "report.md").read_text().splitlines()
     assert "| model | dev | test | test AUC(0.05) x100 | trained on (pairs) |" in lines
     assert f"| SBERT (gold only) | 84.03 | 83.31 | {100 * metrics['details']['sbert']['test_auc05']:.2f} | 3668 |" in lines
+    assert "| Majority-class baseline (every pair dev's majority class) | 80.00 | 79.87 |  |  |" in lines  # no AUC
 
 
 def test_a_silver_set_that_kept_nothing_reads_n_a_in_the_report(tmp_path) -> None:

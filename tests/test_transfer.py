@@ -83,8 +83,10 @@ def test_transfer_stsb_to_mrpc_on_given_pairs(ray_session, tiny_model: Path, dat
     metrics = json.loads((run_dir / "metrics.json").read_text())
     models = {"cross_encoder", "sbert_source", "sbert_target", "augsbert", "zero_shot", "jaccard"}
     assert metrics["task"] == "classification" and metrics["metric"] == "f1_x100"
-    assert set(metrics["test"]) == models
+    assert set(metrics["test"]) == {*models, "majority"}
     assert all("test_auc05" in metrics["details"][name] and "threshold" in metrics["details"][name] for name in models)
+    # every pair a paraphrase, dev's majority: 1,147 of MRPC's 1,725 test pairs are
+    assert metrics["test"]["majority"] == pytest.approx(100 * 2 * 1147 / (2 * 1147 + 1725 - 1147))
     counts = metrics["counts"]
     given = counts["given_pairs"]
     assert given["pairs_in"] == counts["target_train"] == 300

@@ -129,6 +129,23 @@ def metrics_from_scores(
     )
 
 
+def majority_baseline(dev_labels: np.ndarray, test_labels: np.ndarray) -> Evaluation:
+    """F1 x100 of the positive class when every pair is given dev's majority class (a tie: positive), the floor
+    that a classifier must clear: MRPC's test is two thirds paraphrases, so saying "paraphrase" to all scores 79.9.
+
+    Args:
+        dev_labels: The dev labels (0/1), which choose the class.
+        test_labels: The test labels (0/1).
+
+    Example:
+        ::
+
+            majority_baseline(np.array([1, 1, 0]), np.array([1, 0, 0, 0])).test  # 40.0
+    """
+    positive = 2 * int(np.sum(dev_labels)) >= len(dev_labels)
+    return Evaluation(*(f1_at(np.full(len(labels), float(positive)), labels, 1.0) for labels in (dev_labels, test_labels)))
+
+
 def _columns(table: pa.Table) -> tuple[list[str], list[str], np.ndarray]:
     return table.column("sentence1").to_pylist(), table.column("sentence2").to_pylist(), table.column("label").to_numpy()
 
@@ -191,6 +208,7 @@ __all__ = [
     "evaluate_on_ray",
     "f1_at",
     "jaccard_scores",
+    "majority_baseline",
     "metrics_from_scores",
     "score_pairs",
     "score_pairs_on_ray",
