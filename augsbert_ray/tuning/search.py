@@ -5,7 +5,8 @@
   survivors go on in place, on the CPUs the culled ones free. Otherwise in two Tune phases: phase one trains
   every trial to the cull step and checkpoints its full training state; the best resume from it to the end.
 - ``asha``: one Tune run with a plain ASHAScheduler (grace period = the longest fit's cull step, where every
-  trial scores dev; reduction factor = the number of trials). ASHA lets the first trial through each rung, so more than ``keep`` may finish.
+  trial scores dev; reduction factor = the number of trials). ASHA lets the first trial through each rung, so
+  more than ``keep`` may finish.
 """
 
 from __future__ import annotations
