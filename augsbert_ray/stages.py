@@ -33,7 +33,9 @@ from augsbert_ray.labeling import LabelJob, Teacher, TeacherMember, label_datase
 from augsbert_ray.layout import PROGRESS_FILE, RunLayout, TrainFile, bi_encoder_name, silver_files
 from augsbert_ray.models import resolve_model
 from augsbert_ray.runtime import log
-from augsbert_ray.sampling import Neighbours, SentencePool, available_pairs, candidate_table, given_pairs, sample_bm25
+from augsbert_ray.sampling import (
+    Neighbours, SentencePool, available_pairs, candidate_table, given_pairs, sample_bm25, shares_a_term,
+)
 from augsbert_ray.sampling.neighbours import check_top_k
 from augsbert_ray.selection import (
     accepted_rows, read_silver, score_histogram, select, silver_diagnostics, thin_silver_warning, write_silver,
@@ -399,7 +401,8 @@ class CandidateSource:
 
 def check_candidates(spec: JobSpec, source: CandidateSource) -> None:
     """What sampling asks of the pool, checked before any fit (it used to fail after the teacher and SBERT fits):
-    every top_k (tuning's too) below the pool's size, random_pairs and kde_pool within its pairs that are not gold.
+    every top_k (tuning's too) below the pool's size, a term two sentences share where BM25 samples or sizes the
+    random pools, random_pairs and kde_pool within its pairs that are not gold.
 
     Example:
         ::
@@ -410,6 +413,14 @@ def check_candidates(spec: JobSpec, source: CandidateSource) -> None:
     drawn = bool(strategies & {"random", "kde"})
     if strategies & TOP_K_STRATEGIES or (drawn and sampling.random_pairs is None):  # BM25 sizes the random pools
         check_top_k(source.pool, sampling.top_k)
+    sized_by_bm25 = drawn and sampling.random_pairs is None
+    if ("bm25" in strategies or sized_by_bm25) and not shares_a_term(source.pool.sentences):
+        raise SpecError(
+            f"sampling: no two of the {len(source.pool)} sentences share a word BM25 indexes (stopwords and unsegmented "
+            "text are no words to it), so BM25 finds no pair"
+            + ("; random and KDE pools are sized from BM25's pairs: set sampling.random_pairs" if sized_by_bm25 else "")
+            + ("; drop bm25 from sampling.strategies" if "bm25" in strategies else "")
+        )
     for k in (spec.tuning.top_k or []) if spec.tuning else []:
         check_top_k(source.pool, k, "tuning.top_k")
     if not drawn:

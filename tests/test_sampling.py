@@ -117,6 +117,12 @@ def test_what_sampling_asks_of_the_pool_is_checked_before_any_fit() -> None:
     no_shared_word = SentencePool(["猫が寝る", "犬が吠える", "鳥が歌う", "魚が泳ぐ"])  # no spaces: a token per sentence
     with pytest.raises(SpecError, match="BM25 finds none here .*; set sampling.random_pairs"):
         random_pool_sizes(SamplingSpec(strategies=["random"], top_k=1), no_shared_word, np.zeros(0, np.int64), None)
+    # the same found before any fit (before: after the teacher and SBERT fits), and for BM25's own candidates
+    unsegmented = CandidateSource(no_shared_word, np.zeros(0, np.int64), np.zeros(0))
+    for strategies, advice in [("[random]", "set sampling.random_pairs"), ("[bm25]", "drop bm25 from sampling.strategies")]:
+        with pytest.raises(SpecError, match=rf"^sampling: no two of the 4 sentences share a word BM25 indexes .*BM25 finds no pair; .*{advice}$"):
+            check_candidates(load_spec(None, [f"sampling.strategies={strategies}", "sampling.top_k=1"]), unsegmented)
+    check_candidates(load_spec(None, ["sampling.strategies=[random, kde]", "sampling.random_pairs=3", "sampling.kde_pool=6"]), unsegmented)
 
 
 def test_asking_for_most_pairs_draws_a_permutation_of_them() -> None:

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 
 from augsbert_ray.config import LabelingSpec, SamplingSpec, Strategy
-from augsbert_ray.sampling.bm25 import sample_bm25
+from augsbert_ray.sampling.bm25 import sample_bm25, shares_a_term
 from augsbert_ray.sampling.pairs import SentencePool, given_pairs
 from augsbert_ray.sampling.random_pairs import available_pairs, sample_random
 from augsbert_ray.sampling.semantic import sample_semantic
@@ -78,4 +78,4 @@ def candidate_table(
     raise ValueError(f"unknown sampling strategy {strategy!r}")
 
 
-__all__ = ["Neighbours", "SentencePool", "available_pairs", "candidate_table", "given_pairs", "sample_bm25", "sample_random", "sample_semantic"]
+__all__ = ["Neighbours", "SentencePool", "available_pairs", "candidate_table", "given_pairs", "sample_bm25", "sample_random", "sample_semantic", "shares_a_term"]

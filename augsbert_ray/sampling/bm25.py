@@ -145,6 +145,30 @@ def bm25_neighbours(
     return np.concatenate([r[0] for r in results]), np.concatenate([r[1] for r in results])
 
 
+def shares_a_term(sentences: list[str], chunk: int = 10_000) -> bool:
+    """Whether two of the sentences share a term that BM25 indexes (stopwords and punctuation are not terms):
+    without one, BM25 finds no pair. Tokenizes chunk by chunk and stops at the first shared term.
+
+    Args:
+        sentences: The pool's sentences.
+        chunk: Sentences tokenized at a time.
+
+    Example:
+        ::
+
+            shares_a_term(["The cat sat.", "A cat ran."])  # True
+            shares_a_term(["我喜欢猫。", "我喜欢狗。"])  # False: unsegmented text is one term per sentence
+    """
+    seen: set[str] = set()
+    for start in range(0, len(sentences), chunk):
+        for terms in bm25s.tokenize(sentences[start : start + chunk], stopwords="en", return_ids=False, show_progress=False):
+            unique = set(terms)
+            if unique & seen:
+                return True
+            seen |= unique
+    return False
+
+
 def sample_bm25(
     pool: SentencePool, top_k: int, excluded: np.ndarray, shard_size: int = 500_000, cpus: float = 1
 ) -> tuple[np.ndarray, np.ndarray]:
