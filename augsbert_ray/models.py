@@ -148,6 +148,13 @@ def check_model(model: str) -> None:
         raise SpecError(f"model {model}: {what} ({str(exc).splitlines()[0]})") from None
 
 
+def model_outputs(model: str) -> int:
+    """The outputs of a model's classification head (``num_labels`` in its config.json)."""
+    from transformers import AutoConfig
+
+    return int(AutoConfig.from_pretrained(model).num_labels)
+
+
 def json_object(path: Path, model: str) -> dict:
     """A model's JSON settings file, read as an object; a SpecError naming the model and the file otherwise."""
     try:

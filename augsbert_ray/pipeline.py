@@ -17,8 +17,9 @@ from augsbert_ray.config import JobSpec, SpecError, check_output_dir, dump_spec,
 from augsbert_ray.evaluation import Evaluation
 from augsbert_ray.evaluation.checks import saved_kind
 from augsbert_ray.labeling import check_resources, labels_in_process
+from augsbert_ray.labeling.teacher import single_output_error
 from augsbert_ray.layout import METRICS_FILE, REPORT_FILE, SPEC_FILE, bi_encoder_name
-from augsbert_ray.models import check_model, resolve_model
+from augsbert_ray.models import check_model, model_outputs, resolve_model
 from augsbert_ray.report import plot_score_densities, write_report
 from augsbert_ray.resume import FINGERPRINT_FILE, changed_entries, describe, fit_still_matches, run_fingerprint, run_models, write_fingerprint
 from augsbert_ray.runtime import RUN_LOG, Request, chatter_to, check_cpu_bf16, check_requests, init_ray, log
@@ -110,7 +111,8 @@ def job_requests(spec: JobSpec) -> list[Request]:
 
 def check_run_models(spec: JobSpec) -> None:
     """Every model the run loads must load (``check_model``): a typo in one first used late in the run (the
-    zero-shot model at evaluation) fails in seconds, before Ray starts, naming its setting."""
+    zero-shot model at evaluation) fails in seconds, before Ray starts, naming its setting. A trained teacher model
+    must be of its kind, and a trained cross-encoder have one output."""
     for setting, name in run_models(spec).items():
         try:
             check_model(resolve_model(name))
@@ -121,6 +123,8 @@ def check_run_models(spec: JobSpec) -> None:
         found = saved_kind(trained) if trained else None
         if found is not None and found != kind:  # loaded as the other kind, it would get a fresh, random part
             raise SpecError(f"{setting} {trained}: a {found.replace('_', '-')}, not a {kind.replace('_', '-')}")
+        if trained and kind == "cross_encoder" and (outputs := model_outputs(trained)) != 1:
+            raise SpecError(f"{setting} {single_output_error(trained, outputs)}")
 
 
 def load_run_spec(run_dir: Path, overrides: list[str] | None = None) -> JobSpec:

@@ -56,6 +56,16 @@ def tiny_cross_encoder(tiny_model: Path, tmp_path_factory: pytest.TempPathFactor
 
 
 @pytest.fixture(scope="session")
+def tiny_two_label_cross_encoder(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny BERT with a two-logit head, as a paraphrase classifier has."""
+    from sentence_transformers import CrossEncoder
+
+    directory = tmp_path_factory.mktemp("tiny_two_label_cross_encoder")
+    CrossEncoder(str(tiny_model), num_labels=2).save_pretrained(str(directory))
+    return directory
+
+
+@pytest.fixture(scope="session")
 def minilm_with_trained_head(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """MiniLM with its one-logit head fitted in closed form (ridge, lambda 10, on the pooled output) to STSb labels:
     scores that vary like a trained cross-encoder's. A random head on a random tiny BERT scores every pair

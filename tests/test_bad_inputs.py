@@ -933,10 +933,14 @@ def test_label_refuses_more_pairs_than_its_sentences_make_before_ray(tiny_cross_
 @pytest.mark.parametrize(("model", "flags", "message"), [
     ("tiny_model", [], "{model}: not a cross-encoder: it has no classification head (architectures: BertModel), so every score "
                        "would come from a random one"),  # was: labeled with a random head, exit 0
+    ("tiny_two_label_cross_encoder", [], "{model}: a cross-encoder with 2 outputs (e.g. a paraphrase or NLI classifier): a "
+                                         "teacher scores similarity with one (num_labels 1), and the first output of several "
+                                         "may even be 'not similar'; fit one on gold instead (leave cross_encoder.trained unset)"),
+    # was: labeled with the first logit (class 0, "not similar"), exit 0
     ("tiny_cross_encoder", ["--max-seq-length", "512"], "--max-seq-length 512: {model} takes at most 128 tokens"),  # was: ONNX error at the first long pair
     ("tiny_cross_encoder", ["--max-seq-length", "2"], "--max-seq-length 2: a pair takes 3 special tokens before any word"),  # was: 0 truncated
     ("tiny_cross_encoder", ["--input-columns"], "{input}: column 'note' appears 2 times"),  # was: KeyError after the model loaded
-], ids=["no-head", "past-positions", "below-special-tokens", "repeated-extra-column"])
+], ids=["no-head", "two-outputs", "past-positions", "below-special-tokens", "repeated-extra-column"])
 def test_label_refuses_a_model_or_input_it_would_label_wrongly_before_reading_pairs(request, tmp_path: Path, capsys, model: str,
                                                                                      flags: list[str], message: str) -> None:
     model_dir = request.getfixturevalue(model)
@@ -947,6 +951,15 @@ def test_label_refuses_a_model_or_input_it_would_label_wrongly_before_reading_pa
     assert main(args) == 2
     assert error_line(capsys.readouterr().err) == f"augsbert label: error: {message.format(model=model_dir, input=source)}"
     assert not (tmp_path / "out" / "_manifest.json").exists()
+
+
+def test_scoring_with_a_two_output_cross_encoder_is_refused(tiny_two_label_cross_encoder: Path) -> None:
+    """Before: `evaluate` and the teacher gate took its (n, 2) logits as scores."""
+    from augsbert_ray.config import SpecError
+    from augsbert_ray.evaluation import score_pairs
+
+    with pytest.raises(SpecError, match=r"a cross-encoder with 2 outputs"):
+        score_pairs("cross_encoder", str(tiny_two_label_cross_encoder), ["a b"], ["c d"])
 
 
 def test_label_rejects_a_jsonl_line_of_two_objects(ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys) -> None:

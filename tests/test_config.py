@@ -182,8 +182,9 @@ def test_job_requests_name_the_settings_that_do_not_fit() -> None:
             check_requests(job_requests(load_spec("jobs/stsb_seed_opt.yaml", overrides)), two_cpus)
 
 
-def test_a_trained_model_of_the_other_kind_is_refused(tiny_cross_encoder: Path) -> None:
-    """Loaded as the other kind, a model gets a fresh, random part: random silver labels, or a random teacher."""
+def test_a_trained_model_of_the_other_kind_is_refused(tiny_cross_encoder: Path, tiny_two_label_cross_encoder: Path) -> None:
+    """Loaded as the other kind, a model gets a fresh, random part: random silver labels, or a random teacher. A
+    cross-encoder of two outputs would score by its first (before: the gate and labeling took it, exit 0)."""
     from augsbert_ray.models import resolve_model
     from augsbert_ray.pipeline import check_run_models
 
@@ -193,3 +194,5 @@ def test_a_trained_model_of_the_other_kind_is_refused(tiny_cross_encoder: Path) 
     with pytest.raises(SpecError, match=re.escape(f"teacher.bi_encoder.trained {tiny_cross_encoder}: a cross-encoder, not a bi-encoder")):
         check_run_models(load_spec(None, ["teacher.kind=bi-encoder", f"teacher.bi_encoder.trained={tiny_cross_encoder}"]))
     check_run_models(load_spec(None, [f"cross_encoder.trained={tiny_cross_encoder}"]))
+    with pytest.raises(SpecError, match=re.escape(f"cross_encoder.trained {tiny_two_label_cross_encoder}: a cross-encoder with 2 outputs")):
+        check_run_models(load_spec(None, [f"cross_encoder.trained={tiny_two_label_cross_encoder}"]))

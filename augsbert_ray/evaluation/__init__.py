@@ -10,11 +10,11 @@ import numpy as np
 import pyarrow as pa
 import ray
 
-from augsbert_ray.config import TaskType
+from augsbert_ray.config import SpecError, TaskType
 from augsbert_ray.evaluation.metrics import (
     UnusableScores, auc_at_fpr, best_threshold, check_scores, dev_metric, f1_at, jaccard_scores, spearman_x100,
 )
-from augsbert_ray.labeling.teacher import Teacher
+from augsbert_ray.labeling.teacher import Teacher, single_output_error
 from augsbert_ray.runtime import configure_torch_threads
 
 ScorerKind = Literal["bi_encoder", "cross_encoder", "teacher", "jaccard"]
@@ -62,7 +62,10 @@ def score_pairs(kind: ScorerKind, model: str | None, sentences1: list[str], sent
     if kind == "cross_encoder":
         from sentence_transformers import CrossEncoder
 
-        return np.asarray(CrossEncoder(model).predict(list(zip(sentences1, sentences2)), batch_size=64, show_progress_bar=False))
+        scores = np.asarray(CrossEncoder(model).predict(list(zip(sentences1, sentences2)), batch_size=64, show_progress_bar=False))
+        if scores.ndim > 1:
+            raise SpecError(single_output_error(str(model), scores.shape[1]))
+        return scores
     from sentence_transformers import SentenceTransformer
 
     encoder = SentenceTransformer(model)

@@ -26,7 +26,7 @@ from augsbert_ray.files import atomic_path, atomic_write_text, files_digest
 from augsbert_ray.labeling.backend import check_max_length
 from augsbert_ray.labeling.plan import Shard, expand_inputs, plan_shards
 from augsbert_ray.labeling.scorer import COUNT_KEYS, STATS_KEY, ShardLabeler, calibration_pairs
-from augsbert_ray.labeling.teacher import Teacher, TeacherMember
+from augsbert_ray.labeling.teacher import Teacher, TeacherMember, single_output_error
 from augsbert_ray.models import check_model, model_settings_digest
 from augsbert_ray.runtime import check_requests, format_seconds, init_ray, log
 
@@ -113,7 +113,8 @@ class LabelJob:
 
 def check_member(member: TeacherMember, max_seq_length: int | None) -> None:
     """Before any pair is read: a cross-encoder member must have its classification head (else each score would
-    come from a random one), and a set max_seq_length must fit the model (else it fails at the first long pair)."""
+    come from a random one) with one output (else the score would be the first class's logit), and a set
+    max_seq_length must fit the model (else it fails at the first long pair)."""
     from transformers import AutoConfig, AutoTokenizer
 
     config = AutoConfig.from_pretrained(member.model)
@@ -121,6 +122,8 @@ def check_member(member: TeacherMember, max_seq_length: int | None) -> None:
     if member.kind == "cross_encoder" and not any(name.endswith("ForSequenceClassification") for name in architectures):
         raise SpecError(f"{member.model}: not a cross-encoder: it has no classification head (architectures: "
                         f"{', '.join(architectures) or 'none'}), so every score would come from a random one")
+    if member.kind == "cross_encoder" and config.num_labels != 1:
+        raise SpecError(single_output_error(member.model, config.num_labels))
     try:
         check_max_length(member.model, max_seq_length, AutoTokenizer.from_pretrained(member.model), config)
     except ValueError as exc:

@@ -178,3 +178,10 @@ def _relative_to(model: str, directory: Path) -> str:
     if path.is_absolute() and path.resolve().is_relative_to(directory.resolve()):
         return str(path.resolve().relative_to(directory.resolve()))
     return model
+
+
+def single_output_error(model: str, outputs: int) -> str:
+    """Why a cross-encoder with several outputs cannot be a teacher."""
+    return (f"{model}: a cross-encoder with {outputs} outputs (e.g. a paraphrase or NLI classifier): a teacher scores "
+            "similarity with one (num_labels 1), and the first output of several may even be 'not similar'; fit one on "
+            "gold instead (leave cross_encoder.trained unset)")
