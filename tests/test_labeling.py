@@ -272,7 +272,7 @@ def test_actors_cast_their_weights_and_gpu_actors_tokenize_on_their_cpus(monkeyp
     assert embeddings.dtype == np.float32 and np.allclose(np.linalg.norm(embeddings, axis=1), 1.0, atol=1e-2)
 
 
-def test_a_labeler_without_a_gpu_runs_on_the_cpu_where_the_process_sees_one(monkeypatch) -> None:
+def test_a_labeler_runs_on_the_gpu_it_reserved_and_only_there(monkeypatch) -> None:
     """Labeling in the driver (one CPU actor: labels_in_process) on a machine with a GPU: before, it ran there, and
     at `--precision int8` (ONNX Runtime, CPU only) it labeled fp32 on the GPU under an int8 manifest."""
     import torch
@@ -284,6 +284,10 @@ def test_a_labeler_without_a_gpu_runs_on_the_cpu_where_the_process_sees_one(monk
     monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
     assert actor_device("int8", 1, gpu=False) == ("cpu", None)
     assert actor_device("fp16", 2, gpu=True) == ("cuda", torch.float16)
+    # an actor that reserved a GPU its torch cannot see (a CPU build) stops; before, it labeled on the CPU in silence
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match=r"reserved a GPU, but torch .* there sees none .* or set labeling.gpus_per_actor: 0$"):
+        actor_device("fp16", 2, gpu=True)
 
 
 def test_batch_widths_rounded_up_leave_the_scores_unchanged(minilm_with_trained_head: Path, data_dir: Path) -> None:

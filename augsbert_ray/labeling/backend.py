@@ -24,6 +24,7 @@ they cannot run beside this stack; bench/label_throughput.py tries them and prin
 from __future__ import annotations
 
 import copy
+import socket
 import os
 import uuid
 import warnings
@@ -58,13 +59,17 @@ def weights_dtype(precision: str) -> Any:
 
 
 def actor_device(precision: str, threads: int, gpu: bool) -> tuple[str, Any]:
-    """A labeling actor's device ('cuda' where it reserved a GPU, ``gpu``, and sees one) and weights dtype
+    """A labeling actor's device ('cuda' where it reserved a GPU, ``gpu``: an error if it sees none) and weights dtype
     (weights_dtype), with its tokenizer's threads set for that device; bf16 on a CPU without bf16 instructions logs
     a warning naming the node. A labeler without a GPU runs on the CPU though the process sees one (labeling in
     the driver, ``labels_in_process``): its precision and runtime were checked for the CPU."""
     import torch
 
-    device = "cuda" if gpu and torch.cuda.is_available() else "cpu"
+    if gpu and not torch.cuda.is_available():  # else it would hold the GPU and label on the CPU, fp16 and all
+        raise RuntimeError(f"a labeling actor on {socket.gethostname()} reserved a GPU, but torch {torch.__version__} there "
+                           "sees none (a CPU build, or no CUDA driver): install a CUDA build of torch on the GPU nodes, "
+                           "or set labeling.gpus_per_actor: 0")
+    device = "cuda" if gpu else "cpu"
     use_tokenizer_threads(device, threads)
     dtype = weights_dtype(precision)
     if device == "cpu" and dtype is torch.bfloat16:
