@@ -834,6 +834,27 @@ def test_label_counts_a_malformed_csv_record_after_the_first_mb(ray_session, tin
     assert silver.num_rows == 601 and silver.schema.field("label").type == pa.float64()
 
 
+@pytest.mark.parametrize(("later", "message"), [
+    ('"score": 4.5, "topic": null', "Failed to convert JSON to int64, couldn't parse:4.5"),
+    ('"score": 4, "topic": "cats"', "field 'topic': Column(/topic) changed from null to string"),
+])
+def test_label_stops_on_a_jsonl_value_of_another_type_than_its_column(
+    ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys, later: str, message: str
+) -> None:
+    """Before: the well-formed pair was rejected as `invalid JSON record`, and the command went on (exit 0)."""
+    data = tmp_path / "pairs.jsonl"
+    first = '{"sentence1": "a cat %d", "sentence2": "a dog", "score": 4, "topic": null, "pad": "%s"}\n'
+    data.write_text("".join(first % (i, "x" * 1100) for i in range(1000))
+                    + '{"sentence1": "one", "sentence2": 5, "score": 4, "topic": null}\n'  # a number for a sentence: a reject
+                    + '{"sentence1": "a cat", "sentence2": "a bird", ' + later + '}\n')
+    code, out, err = label(capsys, tiny_cross_encoder, data, tmp_path / "out", "--shard-rows", "250")
+    assert code == 2
+    assert error_line(err).startswith(f"augsbert label: error: {data}:1002{'' if 'field' in message else ':'}")
+    assert message in error_line(err) and error_line(err).endswith(
+        "the types of the columns beside the sentences come from the file's first MiB: give each column values of one type "
+        "(4.0, not 4, among decimals; text, not null, where text follows)")
+
+
 def test_label_stops_on_a_value_that_does_not_fit_its_column(ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys) -> None:
     """A label that is not a number after the first MB: the column's type cannot hold it, so the record cannot be
     passed through; one line names the file, the record and the field."""

@@ -21,7 +21,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from augsbert_ray.config import SpecError, is_text_type
-from augsbert_ray.data.formats import SUFFIXES, read_schema, whole_block
+from augsbert_ray.data.formats import SUFFIXES, json_record_problem, read_schema, whole_block
 from augsbert_ray.data.rejects import RECORD, Reject, bad_utf8
 
 SCAN_CHUNK = 4 << 20  # bytes per step when finding CSV/JSONL record boundaries
@@ -40,6 +40,7 @@ class Shard:
     byte_range: tuple[int, int] = (0, 0)  # csv/jsonl: [start, end) at record boundaries
     header: bool = False  # csv: the byte range starts with the header line
     first_line: int = 1  # csv/jsonl: the 1-based line of the file at the byte range's start (for rejects)
+    text_columns: tuple[str, ...] = ()  # jsonl: the sentence columns (a value of another type there is a reject)
 
 
 def expand_inputs(pattern: str | list[str]) -> list[str]:
@@ -131,7 +132,7 @@ def _quoted_fields(quotes: np.ndarray, at_field_start: np.ndarray, size: int) ->
     return first[opens], closes
 
 
-def _text_shards(file_index: int, path: str, fmt: str, schema: pa.Schema, shard_rows: int) -> list[Shard]:
+def _text_shards(file_index: int, path: str, fmt: str, schema: pa.Schema, shard_rows: int, text_columns: tuple[str, str]) -> list[Shard]:
     """Byte ranges of shard_rows records each (CSV: after the header line)."""
     size = Path(path).stat().st_size
     line_ends, ends = record_ends(np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8), csv=fmt == "csv")
@@ -145,7 +146,8 @@ def _text_shards(file_index: int, path: str, fmt: str, schema: pa.Schema, shard_
         end = int(records[stop - 1])
         name = _shard_name(file_index, len(shards), path, size, (start, end))
         line = int(np.searchsorted(line_ends, start, side="right")) + 1
-        shards.append(Shard(name, path, fmt, schema, first, byte_range=(start, end), header=header and start == 0, first_line=line))
+        shards.append(Shard(name, path, fmt, schema, first, byte_range=(start, end), header=header and start == 0, first_line=line,
+                            text_columns=text_columns))
         start, first = end, stop
     return shards
 
@@ -158,7 +160,7 @@ def plan_shards(files: list[str], fmt: str, text_columns: tuple[str, str], shard
         if fmt == "parquet":
             shards += _parquet_shards(file_index, path, schema, shard_rows)
         else:
-            shards += _text_shards(file_index, path, fmt, schema, shard_rows)
+            shards += _text_shards(file_index, path, fmt, schema, shard_rows, text_columns)
     return shards
 
 
@@ -287,6 +289,10 @@ def _read_jsonl(shard: Shard, data: bytes) -> tuple[pa.Table, np.ndarray, list[R
         except pa.ArrowInvalid as exc:
             detail = re.sub(r"^JSON parse error: | in row \d+$", "", str(exc).splitlines()[0])
             column = re.search(r"Column\(/([^)]+)\)", detail)
+            if json_record_problem(line, shard.text_columns) is None:  # a record: another column's value, not its sentences
+                raise SpecError(f"{shard.path}:{number}{f' field {column[1]!r}' if column else ''}: {detail}; the types of the "
+                                "columns beside the sentences come from the file's first MiB: give each column values of one "
+                                "type (4.0, not 4, among decimals; text, not null, where text follows)")
             rejects.append(Reject(shard.path, number, column[1] if column else RECORD, f"invalid JSON record: {detail}",
                                   line[:200].decode("utf-8", errors="replace")))
     table = (pajson.read_json(io.BytesIO(b"\n".join(line for _, line in good)), read_options=read, parse_options=parse) if good
