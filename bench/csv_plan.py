@@ -1,5 +1,6 @@
 """What cutting a CSV input into shards costs `augsbert label` before any labeling: the scan for record and line ends
-(plan_shards) against arrow reading the same file whole, side by side in one run.
+(plan_shards) against arrow reading the same file whole, side by side in one run, and the plan's peak memory
+(tracemalloc: numpy's arrays and Python objects; the file is memory-mapped, not read).
 
 Two files of the same pairs: written with minimal quoting (a field quoted only when it holds a comma, a quote or a
 line end, as pandas and csv.writer write by default) and with every field quoted (the quote-heavy worst case: two
@@ -15,6 +16,7 @@ import argparse
 import csv
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 import pyarrow.csv as pacsv
@@ -55,8 +57,13 @@ def main() -> None:
             plan = best_of(args.runs, lambda: plan_shards([str(path)], "csv", ("sentence1", "sentence2"), args.shard_rows))
             multiline = pacsv.ParseOptions(newlines_in_values=True)
             read = best_of(args.runs, lambda: pacsv.read_csv(path, parse_options=multiline))
+            tracemalloc.start()
+            plan_shards([str(path)], "csv", ("sentence1", "sentence2"), args.shard_rows)
+            peak = tracemalloc.get_traced_memory()[1] / 1e6
+            tracemalloc.stop()
             print(f"{name}: {args.pairs:,} pairs, {megabytes:.0f} MB, {len(shards)} shards; plan {plan:.2f} s "
-                  f"({megabytes / plan:.0f} MB/s), arrow read_csv {read:.2f} s; plan / read {plan / read:.2f}", flush=True)
+                  f"({megabytes / plan:.0f} MB/s), arrow read_csv {read:.2f} s; plan / read {plan / read:.2f}; "
+                  f"plan's peak memory {peak:.0f} MB", flush=True)
 
 
 if __name__ == "__main__":

@@ -353,13 +353,19 @@ def read_in_shards(path: Path, shard_rows: int) -> tuple[list[dict], list[int], 
     return rows, lines, rejects
 
 
-def test_csv_shards_read_what_arrow_reads_from_the_whole_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("scan_chunk", [4 << 20, 1, 2, 5], ids=["default", "1-byte", "2-byte", "5-byte"])
+def test_csv_shards_read_what_arrow_reads_from_the_whole_file(tmp_path: Path, monkeypatch, scan_chunk: int) -> None:
     """Before: the shard plan took every quote for a field's start or end, and only newlines for line ends, so a
     stray quote (`5" screen`) or CR line ends cut shards inside records or not at all: in 2,253 of 6,000 such
-    random files the shards held other rows than arrow reads from the whole file."""
+    random files the shards held other rows than arrow reads from the whole file. Small scan chunks cut quoted
+    fields, CRLFs and quote runs between chunks (the plan carries an open field from one chunk to the next)."""
     import random
 
     import pyarrow.csv as pacsv
+
+    from augsbert_ray.labeling import plan
+
+    monkeypatch.setattr(plan, "SCAN_CHUNK", scan_chunk)
 
     pieces = ["a", "b c", '"q"', '"x\ny"', '"p""q"', '5" s', "", '""', '"""a\n"""', 'x"y', '"a"b', '"a\n"b"c', '"""', ' "z"']
     options = pacsv.ReadOptions(column_names=["s1", "s2"], skip_rows=1, use_threads=False)

@@ -82,54 +82,73 @@ def _parquet_shards(file_index: int, path: str, schema: pa.Schema, shard_rows: i
 
 def record_ends(data: np.ndarray, csv: bool) -> tuple[np.ndarray, np.ndarray]:
     """Byte offsets just past each line's end, and just past each record's, in bytes that begin at a record
-    boundary (a memory map of a file, or a shard's bytes), scanned SCAN_CHUNK bytes at a time. JSON Lines end lines
-    at newlines. CSV, as arrow reads it, also at a CR that no newline follows, and a line end inside a quoted field
-    does not end its record (a quote opens a field only at the field's start)."""
-    lines, quotes, at_field_start = [], [], []
-    for offset in range(0, len(data), SCAN_CHUNK):
-        chunk = np.asarray(data[offset : offset + SCAN_CHUNK])
+    boundary (a memory map of a file, or a shard's bytes), scanned SCAN_CHUNK bytes at a time: only the line and
+    record ends are kept, so memory grows by 16 bytes a line. JSON Lines end lines at newlines. CSV, as arrow reads
+    it, also at a CR that no newline follows, and a line end inside a quoted field does not end its record (a quote
+    opens a field only at the field's start); a field still open at a chunk's end is carried into the next."""
+    lines, records = [], []
+    open_before: int | None = None  # CSV: where the quoted field open at the chunk's start opened
+    offset = 0
+    while offset < len(data):
+        stop = min(offset + SCAN_CHUNK, len(data))
+        while csv and stop < len(data) and data[stop] == 34:  # a run of quotes stays in one chunk
+            stop += 1
+        chunk = np.asarray(data[offset:stop])
         line_end = chunk == 10
         if csv:
-            following = np.append(chunk[1:], data[offset + len(chunk)] if offset + len(chunk) < len(data) else 0)
+            following = np.append(chunk[1:], data[stop] if stop < len(data) else 0)
             line_end |= (chunk == 13) & (following != 10)
+        ends = np.flatnonzero(line_end) + offset + 1
+        lines.append(ends)
+        if csv:
             found = np.flatnonzero(chunk == 34)
             before = np.where(found > 0, chunk[found - 1], data[offset - 1] if offset else 10)
-            quotes.append(found + offset)
-            at_field_start.append(np.isin(before, (10, 13, 44)))  # after a line end or a comma
-        lines.append(np.flatnonzero(line_end) + offset + 1)
+            at_field_start = np.isin(before, (10, 13, 44))  # after a line end or a comma
+            opens, closes, open_before = _quoted_fields(found + offset, at_field_start, open_before, stop)
+            field = np.searchsorted(opens, ends - 1, side="right") - 1
+            inside = (field >= 0) & (ends - 1 < closes[np.maximum(field, 0)]) if len(opens) else np.zeros(len(ends), bool)
+            records.append(ends[~inside])
+        offset = stop
     line_ends = np.concatenate(lines) if lines else np.zeros(0, dtype=np.int64)
-    if len(data) and (len(line_ends) == 0 or line_ends[-1] != len(data)):
-        line_ends = np.append(line_ends, len(data))  # the last line without a line end
-    if not csv or len(line_ends) == 0:
-        return line_ends, line_ends
-    opens, closes = _quoted_fields(np.concatenate(quotes), np.concatenate(at_field_start), len(data))
-    field = np.searchsorted(opens, line_ends - 1, side="right") - 1
-    inside = (field >= 0) & (line_ends - 1 < closes[np.maximum(field, 0)]) if len(opens) else np.zeros(len(line_ends), bool)
-    inside[-1] = False  # the end of the data ends its last record
-    return line_ends, line_ends[~inside]
+    record_ends_ = np.concatenate(records) if csv and records else line_ends
+    if len(data):  # the end of the data ends its last line and record
+        if len(line_ends) == 0 or line_ends[-1] != len(data):
+            line_ends = np.append(line_ends, len(data))
+        if len(record_ends_) == 0 or record_ends_[-1] != len(data):
+            record_ends_ = np.append(record_ends_, len(data))
+    return line_ends, record_ends_
 
 
-def _quoted_fields(quotes: np.ndarray, at_field_start: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """The [open, close] byte positions of the quoted fields that can hold a line end, from the positions of all
-    quote characters. Adjacent quotes form a run, and a run of even length changes nothing (escaped quotes inside
-    a field; an empty or a literal field outside). Of the odd runs, one that starts a field outside a quoted field
-    opens one, and the next odd run closes it. That chain is followed by pointer doubling, without a Python loop."""
+def _quoted_fields(
+    quotes: np.ndarray, at_field_start: np.ndarray, open_before: int | None, end: int
+) -> tuple[np.ndarray, np.ndarray, int | None]:
+    """The [open, close] byte positions of the quoted fields that can hold a line end, from the positions of a
+    chunk's quote characters, and where the field still open at ``end`` opened (None: none is). Adjacent quotes form
+    a run, and a run of even length changes nothing (escaped quotes inside a field; an empty or a literal field
+    outside). Of the odd runs, one that starts a field outside a quoted field opens one, and the next odd run closes
+    it (the first closes ``open_before``'s field). That chain is followed by pointer doubling, without a Python loop."""
     run_starts = np.flatnonzero(np.diff(quotes, prepend=-2) != 1)
     run_lengths = np.diff(run_starts, append=len(quotes))
     odd = run_lengths % 2 == 1
     first, last = quotes[run_starts[odd]], quotes[run_starts[odd] + run_lengths[odd] - 1]
-    starts_field = np.append(at_field_start[run_starts[odd]], True)  # a sentinel run past the end
     count = len(first)
+    if open_before is not None and count == 0:
+        return np.array([open_before]), np.array([end]), open_before
+    carried = int(open_before is not None)  # the first odd run closes the field open before the chunk
+    starts_field = np.append(at_field_start[run_starts[odd]], True)  # a sentinel run past the end
     next_field_start = np.minimum.accumulate(np.where(starts_field, np.arange(count + 1), count)[::-1])[::-1]
     jump = np.append(next_field_start[np.minimum(np.arange(count) + 2, count)], count)  # open run -> the next open run
     is_open = np.zeros(count + 1, dtype=bool)
-    is_open[next_field_start[0]] = True
+    is_open[next_field_start[carried]] = True
     while not is_open[count]:  # is_open marks the chain's first 2**k open runs, jump is the 2**k-th successor
         is_open[jump[is_open]] = True
         jump = jump[jump]
     opens = np.flatnonzero(is_open[:count])
-    closes = np.append(last, size)[opens + 1]  # an open run without a close is open to the end of the data
-    return first[opens], closes
+    closes = np.append(last, end)[opens + 1]  # an open run without a close is open past the chunk
+    still_open = int(first[opens[-1]]) if len(opens) and opens[-1] + 1 == count else None
+    if carried:
+        return np.append(open_before, first[opens]), np.append(last[0], closes), still_open
+    return first[opens], closes, still_open
 
 
 def _text_shards(file_index: int, path: str, fmt: str, schema: pa.Schema, shard_rows: int, text_columns: tuple[str, str]) -> list[Shard]:
