@@ -482,16 +482,17 @@ class Silver:
         return {strategy: silver.histogram for strategy, silver in self.sets.items()}
 
 
-def random_pool_sizes(sampling: SamplingSpec, pool: SentencePool, excluded: np.ndarray, bm25_count: int | None) -> dict[str, int]:
+def random_pool_sizes(sampling: SamplingSpec, pool: SentencePool, excluded: np.ndarray, found: dict[str, Neighbours]) -> dict[str, int]:
     """Pairs drawn by random sampling and for the KDE pool: as requested, else as many as BM25 makes (and 10x that
-    for KDE), capped by the pool. BM25 is counted even when it is not a strategy of the run (bm25_count None), so
-    that a run of some strategies draws the pools that a run of all of them draws."""
+    for KDE), capped by the pool. BM25 searches even when it is not a strategy of the run, so that a run of some
+    strategies draws the pools that a run of all of them draws; its neighbours go into ``found`` (candidate_table's),
+    for a bm25+semantic of the same run not to search again."""
     available = available_pairs(pool, excluded)
     n_random = sampling.random_pairs
     if n_random is None:
-        if bm25_count is None:
-            bm25_count = len(sample_bm25(pool, sampling.top_k, excluded, sampling.bm25_shard_size, sampling.search_cpus)[0])
-        n_random = min(bm25_count, available)
+        if "bm25" not in found:
+            found["bm25"] = sample_bm25(pool, sampling.top_k, excluded, sampling.bm25_shard_size, sampling.search_cpus)
+        n_random = min(len(found["bm25"][0]), available)
         if n_random == 0:
             raise SpecError("sampling.random_pairs: by default as many pairs as BM25 finds, and BM25 finds none here (no two "
                             "sentences share a word it indexes); set sampling.random_pairs")
@@ -518,8 +519,7 @@ def make_silver(spec: JobSpec, layout: RunLayout, source: CandidateSource, teach
     found: dict[str, Neighbours] = {}  # searched once: bm25+semantic unites the bm25 and semantic neighbours
     for strategy in sorted(spec.sampling.strategies, key=STRATEGY_ORDER.index):
         if strategy in ("random", "kde") and not random_sizes:
-            bm25_count = len(found["bm25"][0]) if "bm25" in found else None
-            random_sizes = random_pool_sizes(spec.sampling, pool, excluded, bm25_count)
+            random_sizes = random_pool_sizes(spec.sampling, pool, excluded, found)
         candidates = candidate_table(
             strategy, pool, excluded, spec.sampling, spec.seed,
             n_random=random_sizes.get(strategy, 0), semantic_model=semantic_model, resources=spec.labeling, found=found,

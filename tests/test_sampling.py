@@ -86,12 +86,16 @@ def test_random_pools_are_sized_by_bm25_whether_or_not_it_runs(gold) -> None:
     pool = SentencePool.from_pairs(gold.train)
     excluded = pool.gold_codes([gold.train, gold.dev, gold.test])
     sampling = SamplingSpec(strategies=["kde"])
-    bm25_count = candidate_table("bm25", pool, excluded, sampling, seed=5).num_rows
-    # a run without BM25 (None) draws the pools that a run with it draws: as many random pairs, 10x for KDE
-    assert random_pool_sizes(sampling, pool, excluded, None) == random_pool_sizes(sampling, pool, excluded, bm25_count)
-    assert random_pool_sizes(sampling, pool, excluded, None) == {"random": bm25_count, "kde": 10 * bm25_count}
+    searched: dict = {}
+    bm25_count = candidate_table("bm25", pool, excluded, sampling, seed=5, found=searched).num_rows
+    # a run without BM25 draws the pools that a run with it draws: as many random pairs, 10x for KDE; the search it
+    # makes to count them is kept for a bm25+semantic of the run (before: it searched again)
+    not_searched: dict = {}
+    assert random_pool_sizes(sampling, pool, excluded, not_searched) == random_pool_sizes(sampling, pool, excluded, searched)
+    assert random_pool_sizes(sampling, pool, excluded, {}) == {"random": bm25_count, "kde": 10 * bm25_count}
+    assert np.array_equal(not_searched["bm25"][0], searched["bm25"][0])
     asked = SamplingSpec(random_pairs=700, kde_pool=900)
-    assert random_pool_sizes(asked, pool, excluded, None) == {"random": 700, "kde": 900}
+    assert random_pool_sizes(asked, pool, excluded, {}) == {"random": 700, "kde": 900}
 
 
 def test_what_sampling_asks_of_the_pool_is_checked_before_any_fit() -> None:
@@ -116,7 +120,7 @@ def test_what_sampling_asks_of_the_pool_is_checked_before_any_fit() -> None:
         check_candidates(load_spec(None, ["sampling.strategies=[random]", "sampling.random_pairs=1"]), all_gold)
     no_shared_word = SentencePool(["猫が寝る", "犬が吠える", "鳥が歌う", "魚が泳ぐ"])  # no spaces: a token per sentence
     with pytest.raises(SpecError, match="BM25 finds none here .*; set sampling.random_pairs"):
-        random_pool_sizes(SamplingSpec(strategies=["random"], top_k=1), no_shared_word, np.zeros(0, np.int64), None)
+        random_pool_sizes(SamplingSpec(strategies=["random"], top_k=1), no_shared_word, np.zeros(0, np.int64), {})
     # the same found before any fit (before: after the teacher and SBERT fits), and for BM25's own candidates
     unsegmented = CandidateSource(no_shared_word, np.zeros(0, np.int64), np.zeros(0))
     for strategies, advice in [("[random]", "set sampling.random_pairs"), ("[bm25]", "drop bm25 from sampling.strategies")]:
