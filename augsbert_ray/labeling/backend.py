@@ -24,8 +24,8 @@ they cannot run beside this stack; bench/label_throughput.py tries them and prin
 from __future__ import annotations
 
 import copy
-import socket
 import os
+import socket
 import uuid
 import warnings
 from pathlib import Path

@@ -110,13 +110,13 @@ def record_ends(data: np.ndarray, csv: bool) -> tuple[np.ndarray, np.ndarray]:
             records.append(ends[~inside])
         offset = stop
     line_ends = np.concatenate(lines) if lines else np.zeros(0, dtype=np.int64)
-    record_ends_ = np.concatenate(records) if csv and records else line_ends
+    ends_of_records = np.concatenate(records) if csv and records else line_ends
     if len(data):  # the end of the data ends its last line and record
         if len(line_ends) == 0 or line_ends[-1] != len(data):
             line_ends = np.append(line_ends, len(data))
-        if len(record_ends_) == 0 or record_ends_[-1] != len(data):
-            record_ends_ = np.append(record_ends_, len(data))
-    return line_ends, record_ends_
+        if len(ends_of_records) == 0 or ends_of_records[-1] != len(data):
+            ends_of_records = np.append(ends_of_records, len(data))
+    return line_ends, ends_of_records
 
 
 def _quoted_fields(
