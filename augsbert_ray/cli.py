@@ -371,16 +371,16 @@ def _submit(args: argparse.Namespace) -> int:
     print(f"submission id: {submission_id}", flush=True)
     if args.no_wait:
         return 0
-    submission.follow_logs(jobs, submission_id)
-    state, message = submission.status(jobs, submission_id)
+    submission.follow_logs(jobs, submission_id, args.address)
+    state, message, exit_code = submission.status(jobs, submission_id)
     print(f"{submission_id}: {state}{f' ({message})' if message and state != 'SUCCEEDED' else ''}")
-    return 0 if state == "SUCCEEDED" else 1
+    return 0 if state == "SUCCEEDED" else 2 if exit_code == 2 else 1
 
 
 def _status(args: argparse.Namespace) -> int:
     from augsbert_ray import submission
 
-    state, message = submission.status(submission.get(args.address, args.submission_id, args.insecure), args.submission_id)
+    state, message, _ = submission.status(submission.get(args.address, args.submission_id, args.insecure), args.submission_id)
     print(f"{args.submission_id}: {state}{f' ({message})' if message else ''}")
     return 0
 
@@ -390,7 +390,7 @@ def _logs(args: argparse.Namespace) -> int:
 
     jobs = submission.get(args.address, args.submission_id, args.insecure)
     if args.follow:
-        submission.follow_logs(jobs, args.submission_id)
+        submission.follow_logs(jobs, args.submission_id, args.address)
     else:
         print(jobs.get_job_logs(args.submission_id), end="")
     return 0
@@ -577,7 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_reproduce_arguments(reproduce)
     reproduce.set_defaults(handler=_reproduce)
-    address_help = "Ray dashboard URL (default: $RAY_API_SERVER_ADDRESS, else http://127.0.0.1:8265)"
+    address_help = "Ray dashboard URL (default: $RAY_API_SERVER_ADDRESS, else an http(s) $RAY_ADDRESS, else http://127.0.0.1:8265)"
     insecure_help = "send the auth token over plain http:// to a host other than this one (anyone on the network path can read it)"
     submit = commands.add_parser(
         "submit",
@@ -585,7 +585,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Submit `augsbert run JOB` to a Ray cluster as a Ray job. The working dir (default: the current "
         "directory, minus .venv, runs, .git) is shipped as the job's runtime env, so JOB must lie inside it. "
         "Prints the submission id; waits and streams the logs unless --no-wait. Exit status 0 when the job "
-        "SUCCEEDED. Token auth: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, or RAY_AUTH_MODE=token with ~/.ray/auth_token; "
+        "SUCCEEDED, 2 when its driver stopped on bad input (exit 2 there), else 1. output_dir must be absolute, on "
+        "storage every node shares. Token auth: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, or RAY_AUTH_MODE=token with ~/.ray/auth_token; "
         "a token file must be yours and mode 600, and a token goes over plain http:// only to this host (else --insecure).",
     )
     submit.add_argument("job", help="job spec YAML inside the working dir, e.g. jobs/stsb_indomain_bm25.yaml")

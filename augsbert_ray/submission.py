@@ -222,7 +222,11 @@ def submit(
     pip: list[str] | None = None, submission_id: str | None = None, insecure: bool = False,
 ) -> tuple[Any, str]:
     """Check the spec here, then submit it; returns (client, submission id)."""
-    load_spec(job, overrides)  # a bad spec fails here, not minutes later on the cluster
+    spec = load_spec(job, overrides)  # a bad spec fails here, not minutes later on the cluster
+    if not Path(spec.output_dir).is_absolute():  # it would land in the job's working_dir copy, which Ray deletes
+        raise SpecError(f"output_dir {spec.output_dir} is relative: on the cluster it would lie in the job's temporary "
+                        "working dir, out of reach of the other nodes; give a path on storage every node shares, "
+                        "e.g. --set output_dir=/shared/runs")
     root = Path(working_dir or Path.cwd())
     if not root.is_dir():
         raise SpecError(f"--working-dir {root}: not a directory")
@@ -244,20 +248,27 @@ def submit(
     return jobs, submitted
 
 
-def status(jobs, submission_id: str) -> tuple[str, str]:
+def status(jobs, submission_id: str) -> tuple[str, str, int | None]:
+    """The job's state, Ray's message about it, and its driver's exit status (None while it runs)."""
     info = jobs.get_job_info(submission_id)
-    return str(info.status.value if hasattr(info.status, "value") else info.status), info.message or ""
+    return str(info.status.value if hasattr(info.status, "value") else info.status), info.message or "", info.driver_exit_code
 
 
-def follow_logs(jobs, submission_id: str) -> None:
-    """Stream the job's logs until it ends."""
+def follow_logs(jobs, submission_id: str, address: str | None) -> None:
+    """Stream the job's logs until it ends. A stream that breaks (a dropped tunnel or port-forward) is one line: the
+    job goes on, and ``augsbert logs ID --follow`` picks it up again."""
 
     async def tail() -> None:
         async for lines in jobs.tail_job_logs(submission_id):
             sys.stdout.write(lines)
             sys.stdout.flush()
 
-    asyncio.run(tail())
+    try:
+        asyncio.run(tail())
+    except (RuntimeError, OSError) as exc:  # Ray's "WebSocket connection closed unexpectedly"; aiohttp's errors are OSErrors
+        url = dashboard_address(address)
+        raise SpecError(f"lost the log stream of job {submission_id} from {url} ({str(exc).splitlines()[0] or type(exc).__name__}); "
+                        f"the job goes on: `augsbert logs {submission_id} --follow --address {url}` picks it up") from None
 
 
 def get(address: str | None, submission_id: str, insecure: bool = False):

@@ -631,7 +631,8 @@ def test_embedded_ray_refuses_a_world_readable_token_file(token_env: Path, tiny_
 # --- augsbert submit/status/logs: no token over plain http to another host -----------------------------------
 
 
-@pytest.mark.parametrize("command", [["submit", "jobs/stsb_indomain_bm25.yaml", "--working-dir", str(REPO)], ["status", "raysubmit_x"],
+@pytest.mark.parametrize("command", [["submit", "jobs/stsb_indomain_bm25.yaml", "--working-dir", str(REPO), "--set", "output_dir=/shared/runs"],
+                                     ["status", "raysubmit_x"],
                                      ["logs", "raysubmit_x"]])
 def test_token_not_sent_over_plain_http_to_another_host(token_env: Path, monkeypatch: pytest.MonkeyPatch, capsys, command: list[str]) -> None:
     monkeypatch.setenv("RAY_AUTH_TOKEN", "secret")

@@ -189,6 +189,9 @@ def error_line(capsys) -> str:
     return lines[-1]
 
 
+SHARED_OUTPUT = ["--set", "output_dir=/shared/runs"]  # the job specs' output_dir, runs, is refused for a cluster
+
+
 @pytest.fixture
 def working_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A working dir with just the job spec (hashing the whole project for its package takes a while)."""
@@ -211,7 +214,7 @@ def test_submit_with_an_id_that_is_taken(serve, capsys, working_dir: Path, statu
     """Before: a traceback `RuntimeError: Request failed with status code 400: ...`."""
     url = serve({("GET", "/api/version"): VERSION, ("GET", "/api/packages/*"): (200, "text/plain", ""),
                  ("POST", "/api/jobs/"): (status, "text/plain", body)})
-    assert main(["submit", JOB, "--address", url, "--submission-id", "abc", "--no-wait"]) == 2
+    assert main(["submit", JOB, *SHARED_OUTPUT, "--address", url, "--submission-id", "abc", "--no-wait"]) == 2
     assert error_line(capsys) == f"augsbert submit: error: --submission-id abc: a job with this id already exists at {url}"
 
 
@@ -220,15 +223,64 @@ def test_submit_that_the_dashboard_refuses(serve, capsys, working_dir: Path) -> 
     body = 'Traceback (most recent call last):\n  File "job_head.py", line 1, in submit_job\nTypeError: bad entrypoint_resources\n'
     url = serve({("GET", "/api/version"): VERSION, ("GET", "/api/packages/*"): (200, "text/plain", ""),
                  ("POST", "/api/jobs/"): (400, "text/plain", body)})
-    assert main(["submit", JOB, "--address", url, "--no-wait"]) == 2
+    assert main(["submit", JOB, *SHARED_OUTPUT, "--address", url, "--no-wait"]) == 2
     assert error_line(capsys) == (
         f"augsbert submit: error: --address {url}: the dashboard refused the job (HTTP 400): TypeError: bad entrypoint_resources"
     )
 
 
+def test_submit_with_a_relative_output_dir(capsys, working_dir: Path) -> None:
+    """Before: submitted; the run went into the job's temporary working dir copy, which other nodes never see."""
+    assert main(["submit", JOB, "--address", "http://127.0.0.1:1", "--no-wait"]) == 2
+    assert capsys.readouterr().err == (
+        "augsbert submit: error: output_dir runs is relative: on the cluster it would lie in the job's temporary working "
+        "dir, out of reach of the other nodes; give a path on storage every node shares, e.g. --set output_dir=/shared/runs\n")
+
+
+class StubJobs:
+    """A Jobs API client whose log stream breaks after a line, or ends; its job ended as ``state`` with ``exit_code``."""
+
+    def __init__(self, breaks: bool, state: str = "FAILED", exit_code: int | None = None) -> None:
+        self.breaks, self.state, self.exit_code = breaks, state, exit_code
+
+    async def tail_job_logs(self, submission_id: str):
+        yield "a line of the job\n"
+        if self.breaks:  # what Ray's client raises when a tunnel or port-forward drops
+            raise RuntimeError("WebSocket connection closed unexpectedly with close code 1006")
+
+    def get_job_info(self, submission_id: str):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(status=self.state, message="Job entrypoint command failed", driver_exit_code=self.exit_code)
+
+
+def test_a_broken_log_stream_is_one_line(capsys, working_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: a traceback ending in `RuntimeError: WebSocket connection closed unexpectedly`, exit 1."""
+    from augsbert_ray import submission
+
+    monkeypatch.setattr(submission, "submit", lambda *args, **kwargs: (StubJobs(breaks=True), "raysubmit_1"))
+    assert main(["submit", JOB, *SHARED_OUTPUT, "--address", "http://127.0.0.1:8265"]) == 2
+    out, err = capsys.readouterr()
+    assert "a line of the job" in out
+    assert err == ("augsbert submit: error: lost the log stream of job raysubmit_1 from http://127.0.0.1:8265 (WebSocket "
+                   "connection closed unexpectedly with close code 1006); the job goes on: `augsbert logs raysubmit_1 "
+                   "--follow --address http://127.0.0.1:8265` picks it up\n")
+
+
+@pytest.mark.parametrize(("state", "exit_code", "expected"), [("SUCCEEDED", 0, 0), ("FAILED", 2, 2), ("FAILED", 1, 1), ("STOPPED", None, 1)])
+def test_submit_exits_as_its_job_did(capsys, working_dir: Path, monkeypatch: pytest.MonkeyPatch, state: str,
+                                     exit_code: int | None, expected: int) -> None:
+    """Before: 1 for every job that did not succeed, bad input (the driver's exit 2) included."""
+    from augsbert_ray import submission
+
+    monkeypatch.setattr(submission, "submit", lambda *args, **kwargs: (StubJobs(False, state, exit_code), "raysubmit_1"))
+    assert main(["submit", JOB, *SHARED_OUTPUT, "--address", "http://127.0.0.1:8265"]) == expected
+    assert capsys.readouterr().out.splitlines()[-1].startswith(f"raysubmit_1: {state}")
+
+
 def test_submit_with_an_empty_submission_id(capsys, working_dir: Path) -> None:
     """Before: the empty id was dropped, and Ray made up one."""
-    assert main(["submit", JOB, "--address", "http://127.0.0.1:1", "--submission-id", ""]) == 2
+    assert main(["submit", JOB, *SHARED_OUTPUT, "--address", "http://127.0.0.1:1", "--submission-id", ""]) == 2
     assert capsys.readouterr().err == "augsbert submit: error: --submission-id is empty; leave it out for an id Ray generates\n"
 
 
