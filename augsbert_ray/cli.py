@@ -39,7 +39,10 @@ def job_spec(args: argparse.Namespace, overrides: list[str]) -> tuple[JobSpec, P
     from augsbert_ray.config import load_spec
     from augsbert_ray.pipeline import load_run_spec
 
-    address = [f"ray.address={args.address}"] if args.address else []
+    from augsbert_ray.runtime import cluster_address
+
+    given = cluster_address(args.address)
+    address = [f"ray.address={given}"] if given else []
     resume = Path(args.resume) if args.resume else None
     if args.force_resume and resume is None:
         raise SpecError("--force-resume goes with --resume RUN_DIR")
@@ -144,9 +147,10 @@ def _label_files(args: argparse.Namespace) -> int:
     from augsbert_ray.data import read_sentences
     from augsbert_ray.labeling import LabelJob, Teacher, label_dataset, label_files, labels_in_process
     from augsbert_ray.models import resolve_model
-    from augsbert_ray.runtime import check_cpu_bf16, init_ray
+    from augsbert_ray.runtime import check_cpu_bf16, cluster_address, init_ray
     from augsbert_ray.sampling import SentencePool
 
+    address = cluster_address(args.address)
     min_actors, max_actors = args.actors
     try:
         spec = LabelingSpec(
@@ -156,7 +160,7 @@ def _label_files(args: argparse.Namespace) -> int:
         )
     except ValidationError as exc:
         raise _flag_errors(exc) from None
-    check_cpu_bf16(args.address, {"--precision bf16": spec.bf16_on_cpu})
+    check_cpu_bf16(address, {"--precision bf16": spec.bf16_on_cpu})
     teacher_file = Path(args.model)
     teacher = Teacher.load(teacher_file) if teacher_file.is_file() else Teacher.cross_encoder(resolve_model(args.model))
     text_columns = tuple(args.text_columns.split(","))
@@ -170,12 +174,12 @@ def _label_files(args: argparse.Namespace) -> int:
         _random_pairs(SentencePool(sentences), args)
         job = LabelJob(teacher, spec, strategy=args.strategy)
         check_output_dir(output, "--output")  # before Ray starts and the pairs are made
-        init_ray(args.address, dashboard=False)
-        here = labels_in_process(spec, args.address)  # the pairs were made on this machine's Ray
+        init_ray(address, dashboard=False)
+        here = labels_in_process(spec, address)  # the pairs were made on this machine's Ray
         result = label_dataset(_pair_sentences(sentences, args), output, job, output / "_candidates" / f"{args.strategy}.parquet", here)
     else:
         job = LabelJob(teacher, spec, text_columns=text_columns)
-        result = label_files(args.input, output, job, fmt=args.format, address=args.address)
+        result = label_files(args.input, output, job, fmt=args.format, address=address)
     print(result.summary())
     print(f"labeled pairs: {result.output}  manifest: {result.manifest}  rejects: {result.rejects}")
     if result.labeled == 0:
@@ -411,7 +415,7 @@ def add_job_arguments(command: argparse.ArgumentParser, example_job: str, exampl
         "--set", action="append", metavar="KEY=VALUE", help=f"override a spec field, e.g. {example_override} (repeatable)"
     )
     command.add_argument("--address", type=_ray_address, help="'auto' or a Ray address to join a cluster (an error if its GCS does not answer within "
-                         "$AUGSBERT_CONNECT_TIMEOUT seconds, default 60); default: an embedded local Ray")
+                         "$AUGSBERT_CONNECT_TIMEOUT seconds, default 60); default: $RAY_ADDRESS, else an embedded local Ray")
     command.add_argument("--data-dir", help="directory holding the named datasets")
 
 
@@ -514,7 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
     label.add_argument("--max-seq-length", type=int, help="tokens per pair; longer pairs are truncated and counted")
     label.add_argument("--shard-rows", type=int, default=50_000, help="pairs per output shard, the unit of resume (default: %(default)s)")
     label.add_argument("--address", type=_ray_address, help="'auto' or a Ray address (an error if its GCS does not answer within $AUGSBERT_CONNECT_TIMEOUT "
-                       "seconds, default 60); default: an embedded local Ray")
+                       "seconds, default 60); default: $RAY_ADDRESS, else an embedded local Ray")
     label.set_defaults(handler=_label)
 
     evaluate = commands.add_parser(

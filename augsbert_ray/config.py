@@ -494,7 +494,7 @@ def ray_address(address: str) -> str:
 
 
 class RaySpec(_Strict):
-    address: str | None = Field(None, description="None starts an embedded local Ray; 'auto', HOST:6379 or ray://HOST:10001 joins a cluster.")
+    address: str | None = Field(None, description="None starts an embedded local Ray ($RAY_ADDRESS, if set, is the CLI's default); 'auto', HOST:6379 or ray://HOST:10001 joins a cluster.")
     num_cpus: int | None = Field(None, gt=0, description="CPUs for an embedded local Ray (default: all).")
 
     @field_validator("address")

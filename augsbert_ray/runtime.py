@@ -20,7 +20,7 @@ import ray
 from ray._private import ray_constants
 
 from augsbert_ray.auth import check_token_file
-from augsbert_ray.config import SpecError
+from augsbert_ray.config import SpecError, ray_address
 
 # Passed to every Ray worker: tokenizers' own thread pool fights torch's inside actors.
 # Ray Train workers send print() to Train's logger and, where a library wrapped sys.stdout, to stdout too: every
@@ -76,10 +76,10 @@ def cpu_has_bf16() -> bool:
 
 def check_cpu_bf16(address: str | None, asked: dict[str, bool]) -> None:
     """Stop before Ray starts when work on this machine's CPU asks for bf16 that the CPU lacks. ``asked`` maps each
-    setting's name to whether it asks for bf16 on a CPU; ``address`` (or $RAY_ADDRESS) means the work runs on
+    setting's name to whether it asks for bf16 on a CPU; an ``address`` (cluster_address) means the work runs on
     another machine's CPUs, which are not checked."""
     names = [name for name, on in asked.items() if on]
-    if names and address is None and not os.environ.get("RAY_ADDRESS") and not cpu_has_bf16():
+    if names and address is None and not cpu_has_bf16():
         raise SpecError(f"{' and '.join(names)}: this CPU has no bf16 instructions (AVX512-BF16 or AMX), where bf16 runs "
                         "8-45 times slower than fp32; use fp32 here, or bf16 on a GPU")
 
@@ -102,6 +102,27 @@ def check_dashboard_packages() -> None:
                         f"pip install 'ray[default]=={ray.__version__}'") from None
 
 
+def cluster_address(given: str | None) -> str | None:
+    """The Ray cluster a command joins: ``given`` (--address), else $RAY_ADDRESS, which ray.init would join anyway and
+    which `ray job submit` sets in a job's driver, else None: an embedded local Ray. Resolved once, as the defaults
+    that follow where a run runs (training.max_failures, labeling in the driver, the bf16 check) must see it.
+
+    Args:
+        given: The address a user gave, or None.
+
+    Example:
+        ::
+
+            cluster_address(None)  # "10.0.0.5:6379" inside a job submitted with `ray job submit`
+    """
+    if given or not os.environ.get("RAY_ADDRESS"):
+        return given
+    try:
+        return ray_address(os.environ["RAY_ADDRESS"])
+    except ValueError as exc:
+        raise SpecError(f"$RAY_ADDRESS: {exc}; or unset it to run on an embedded local Ray") from None
+
+
 def init_ray(address: str | None = None, num_cpus: int | None = None, dashboard: bool = True) -> None:
     """Join a cluster when ``address`` is given, else start an embedded local Ray whose ports listen on
     127.0.0.1 only. Reuses a running one. The token file Ray reads must be private; a new local Ray gets one.
@@ -119,6 +140,9 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, dashboard:
     """
     if ray.is_initialized():
         return
+    if not address and os.environ.get("RAY_ADDRESS"):
+        raise SpecError(f"$RAY_ADDRESS is {os.environ['RAY_ADDRESS']}, which ray.init would join instead of starting an "
+                        "embedded local Ray: set ray.address to it (the CLI does), or unset it")
     check_token_file(create=not address)
     env_vars = {**WORKER_ENV, **({} if log.isEnabledFor(logging.DEBUG) else QUIET_WORKER_ENV)}
     if "HF_HUB_OFFLINE" in os.environ:

@@ -1123,17 +1123,19 @@ def test_label_warns_when_nothing_is_labeled(ray_session, tiny_cross_encoder: Pa
 
 
 def label_in_a_process(
-    tiny_cross_encoder: Path, tmp_path: Path, address: str, timeout_s: str, env_vars: dict[str, str] | None = None
+    tiny_cross_encoder: Path, tmp_path: Path, address: str | None, timeout_s: str, env_vars: dict[str, str] | None = None
 ) -> tuple[subprocess.CompletedProcess, float]:
-    """`augsbert label --address ADDRESS` in a process of its own (this session's Ray would be reused)."""
+    """`augsbert label --address ADDRESS` (no --address for None) in a process of its own (this session's Ray would
+    be reused)."""
     pairs = tmp_path / "pairs.csv"
     pairs.write_text("sentence1,sentence2\na cat,a dog\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "AUGSBERT_CONNECT_TIMEOUT": timeout_s, **(env_vars or {})}
-    env.pop("RAY_ADDRESS", None)
+    env = {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}
+    env.update(PYTHONPATH=str(REPO), AUGSBERT_CONNECT_TIMEOUT=timeout_s, **(env_vars or {}))
     started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "augsbert_ray.cli", "label", "--model", str(tiny_cross_encoder), "--input", str(pairs),
-         "--output", str(tmp_path / "out"), "--address", address], env=env, capture_output=True, text=True, timeout=300)
+         "--output", str(tmp_path / "out"), *(["--address", address] if address else [])],
+        env=env, capture_output=True, text=True, timeout=300)
     return result, time.monotonic() - started
 
 
@@ -1165,6 +1167,47 @@ def test_a_ray_client_address_that_does_not_answer_is_one_line(tiny_cross_encode
     result, _ = label_in_a_process(tiny_cross_encoder, tmp_path, "ray://127.0.0.1:1", "60", quick)
     assert result.returncode == 2, result.stderr[-3000:]
     assert result.stderr.splitlines()[-1] == "augsbert label: error: cannot join a Ray cluster at ray://127.0.0.1:1: ray client connection timeout"
+
+
+def test_ray_address_in_the_environment_is_the_default_address(tiny_cross_encoder: Path, tmp_path: Path) -> None:
+    """`ray job submit -- augsbert label ...` (no --address): the driver's $RAY_ADDRESS is joined as --address is, its
+    GCS checked first. Before: Ray's own fallback joined it, unchecked, with labeling in the driver."""
+    result, _ = label_in_a_process(tiny_cross_encoder, tmp_path, None, "60", {"RAY_ADDRESS": "127.0.0.1:1"})
+    assert result.returncode == 2, result.stderr[-3000:]
+    line = result.stderr.splitlines()[-1]
+    assert line.startswith("augsbert label: error: cannot reach a Ray cluster at 127.0.0.1:1: ") and "Connection refused" in line
+
+
+def test_ray_address_resolution(monkeypatch: pytest.MonkeyPatch, data_dir: Path, tmp_path: Path, capsys) -> None:
+    """--address, else $RAY_ADDRESS, else an embedded local Ray; the defaults that follow a cluster follow it too. A
+    dashboard URL there (exported for `ray job submit`) stopped `augsbert run` with Ray's multi-line error."""
+    import argparse
+
+    from augsbert_ray import cli, runtime
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert runtime.cluster_address(None) is None
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
+    assert runtime.cluster_address(None) == "10.0.0.5:6379"
+    assert runtime.cluster_address("auto") == "auto"
+    args = argparse.Namespace(address=None, resume=None, force_resume=False, job=str(REPO / "jobs/stsb_indomain_bm25.yaml"))
+    spec, _ = cli.job_spec(args, [f"data.data_dir={data_dir}", "training.max_failures=null"])  # its default
+    assert (spec.ray.address, spec.training.max_failures) == ("10.0.0.5:6379", 1)
+
+    monkeypatch.setattr(runtime.ray, "is_initialized", lambda: False)  # as a library caller's fresh process finds it
+    with pytest.raises(SpecError) as raised:
+        runtime.init_ray(None)
+    assert str(raised.value) == ("$RAY_ADDRESS is 10.0.0.5:6379, which ray.init would join instead of starting an embedded "
+                                 "local Ray: set ray.address to it (the CLI does), or unset it")
+
+    monkeypatch.setenv("RAY_ADDRESS", "http://127.0.0.1:8265")
+    monkeypatch.chdir(REPO)
+    assert main(["run", "jobs/stsb_indomain_bm25.yaml", "--data-dir", str(data_dir), "--set", f"output_dir={tmp_path}"]) == 2
+    assert capsys.readouterr().err == (
+        "augsbert run: error: $RAY_ADDRESS: http://127.0.0.1:8265 is a dashboard URL, which `augsbert submit` takes; to "
+        "join a cluster give auto, HOST:6379 or ray://HOST:10001; or unset it to run on an embedded local Ray\n"
+    )
+    assert not list(tmp_path.iterdir())
 
 
 def test_a_running_cluster_passes_the_check(ray_session) -> None:
@@ -1310,7 +1353,7 @@ def test_bf16_on_a_cpu_without_it_stops_before_ray_starts(monkeypatch: pytest.Mo
     runtime.check_cpu_bf16(None, {"training.bf16": False, "labeling.precision bf16": False})  # fp32, or bf16 on a GPU
     runtime.check_cpu_bf16("auto", {"training.bf16": True})  # a cluster's CPUs are not this machine's
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
-    runtime.check_cpu_bf16(None, {"training.bf16": True})
+    runtime.check_cpu_bf16(runtime.cluster_address(None), {"training.bf16": True})
 
 
 def test_bf16_on_a_nodes_cpu_without_it_warns_there(monkeypatch: pytest.MonkeyPatch, tiny_model: Path, caplog) -> None:
