@@ -191,13 +191,14 @@ def test_tiny_jobs_succeed_with_augsbert_submit_and_ray_job_submit(
     ours = subprocess.Popen(
         [str(BIN / "augsbert"), "submit", "jobs/stsb_indomain_bm25.yaml", "--address", cluster.dashboard,
          "--data-dir", str(data_dir), *sets], cwd=REPO, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    # Through Ray's own CLI, as a KubeRay RayJob would submit it: a labeling job (one whole pipeline is enough).
+    # Through Ray's own CLI, as a KubeRay RayJob would submit it: a labeling job (one whole pipeline is enough), with
+    # no --address: the driver joins the RAY_ADDRESS Ray gives it.
     lines = (data_dir / "stsb" / "sts-dev.csv").read_text(encoding="utf-8").splitlines()[:300]
     pairs = tmp_path / "pairs.parquet"
     pq.write_table(pa.table({"sentence1": [line.split("\t")[5] for line in lines],
                              "sentence2": [line.split("\t")[6] for line in lines], "pair_id": np.arange(len(lines))}), pairs)
     entrypoint = ["python", "-m", "augsbert_ray.cli", "label", "--model", str(tiny_cross_encoder), "--input", str(pairs),
-                  "--output", str(tmp_path / "via-ray"), "--address", "auto"]
+                  "--output", str(tmp_path / "via-ray")]
     runtime_env = {"env_vars": {"HF_HUB_OFFLINE": "1"}, "excludes": [".venv", "runs", ".git"]}
     submitted = subprocess.run(
         [str(BIN / "ray"), "job", "submit", "--address", cluster.dashboard, "--no-wait", "--working-dir", str(REPO),
@@ -223,6 +224,9 @@ def test_tiny_jobs_succeed_with_augsbert_submit_and_ray_job_submit(
     assert re.search(r"labeling \d+ bm25 candidates with \S+\n", (run_dir / "run.log").read_text())  # on the actor pool
     labeled = pq.read_table([str(p) for p in sorted((tmp_path / "via-ray").glob("part-*.parquet"))])
     assert sorted(labeled.column("pair_id").to_pylist()) == list(range(300)) and labeled.column("score").null_count == 0
+    ray_logs = subprocess.run([str(BIN / "augsbert"), "logs", ray_id, "--address", cluster.dashboard],
+                              env=cluster.env, capture_output=True, text=True, timeout=120).stdout
+    assert "augsbert: ray: {" in ray_logs, ray_logs[-3000:]  # it joined the cluster (in the driver, without Ray, before)
     logs = subprocess.run([str(BIN / "augsbert"), "logs", our_id, "--address", cluster.dashboard],
                           env=cluster.env, capture_output=True, text=True, timeout=120)
     assert "run directory:" in logs.stdout
