@@ -84,8 +84,8 @@ GPU_TUNING = ["tuning.gpus_per_trial=0.2"]
 # work) was cut off at a session's end both times; lexical + semantic split it.
 # fitted or scored alike by every part of a seed: the baselines and whichever teacher models the teacher has
 SHARED_ROWS = ["jaccard", "zero_shot", "cross_encoder", "teacher_bi_encoder", "teacher"]
-# part -> (its strategies, the rows it gives). Only a part that gives SBERT's row seed-optimizes it; the others train
-# SBERT once (the job always does) and leave its row.
+# part -> (its strategies, the rows it gives). A part that gives SBERT's row, or retrieves with it (semantic),
+# seed-optimizes it; kde trains SBERT once (the job always does) and leaves its row.
 PARTS: dict[str, tuple[list[str], list[str]]] = {
     "rest": (["bm25", "random", "semantic", "bm25+semantic"],
              [*SHARED_ROWS, "sbert", "augsbert_bm25", "augsbert_rs", "augsbert_ss", "augsbert_bm25_ss"]),
@@ -102,7 +102,9 @@ def overrides_for(name: str, quick: bool, gpu: bool, part: str | None = None) ->
     transfer = name in TRANSFER
     if quick:
         return [*extra, *QUICK, *(QUICK_TARGET if transfer else []), *(GPU if gpu else [])]
-    seed_search = not transfer and (part is None or "sbert" in PARTS[part][1])
+    # a part that retrieves semantic neighbours does so with the run's SBERT (sampling.semantic_model: gold), which
+    # must be the seed-optimized one of a whole run
+    seed_search = not transfer and (part is None or "sbert" in PARTS[part][1] or "semantic" in PARTS[part][0])
     tuning = [*SEED_OPTIMIZED_SBERT, *(GPU_TUNING if gpu else [])] if seed_search else []
     strategies = [f"sampling.strategies=[{','.join(PARTS[part][0])}]"] if part else []
     return [*extra, *tuning, *strategies, *(GPU if gpu else [])]
@@ -420,6 +422,24 @@ def kept_notes(path: Path) -> list[str]:
     return ["\n".join(lines[start:end]).rstrip(), ""]
 
 
+def seed_optimization(specs: dict[str, dict]) -> str:
+    """How the in-domain runs' ``specs`` seed-optimized SBERT, read from their tuning sections (--set may change it)."""
+    def how(tuning: dict | None) -> str:
+        if not tuning or "sbert" not in tuning.get("models", ["sbert"]):
+            return "not seed-optimized"
+        seeds, keep = tuning.get("seeds", 5), tuning.get("keep", 1)
+        count = len(seeds) if isinstance(seeds, list) else seeds
+        cull = (f"ASHA at {tuning.get('cull_at', 0.2):.0%} of the steps" if tuning.get("scheduler") == "asha"
+                else f"all but the best{'' if keep == 1 else f' {keep}'} culled at {tuning.get('cull_at', 0.2):.0%} of the steps")
+        return f"seed-optimized: {count} seeds, {cull}, chosen on dev"
+    ways = {experiment: how(spec.get("tuning")) for experiment, spec in specs.items()}
+    if not ways:
+        return ""
+    if len(set(ways.values())) == 1:
+        return f" In-domain, SBERT is {next(iter(ways.values()))} (`tuning` in the specs linked below)."
+    return " In-domain, SBERT is " + "; ".join(f"{e}: {way}" for e, way in ways.items()) + " (`tuning` in the specs linked below)."
+
+
 def describe_hosts(hosts: list[dict]) -> str:
     kinds = sorted({f"{h.get('gpu', '?')} GPU, {h.get('cpus_given_to_ray', '?')} CPUs given to Ray, torch {h.get('torch', '?')}"
                     for h in hosts})
@@ -447,8 +467,7 @@ def write_results(path: Path, results: dict, specs: dict, runs: dict, args: argp
           if (others := sorted(page for page in path.parent.glob("RESULTS*.md") if page.name != path.name)) else []),
         "Backbone of every student: all-MiniLM-L6-v2 (the packaged `minilm`), not the paper's bert-base. Scores x100 on "
         "the test split, mean ± std over seeds; each seed is a whole run (splits, subsets, sampling, training)."
-        + ("" if args.quick else " In-domain, SBERT is seed-optimized: 5 seeds, all but the best culled at 20% of the "
-           "steps, chosen on dev (`tuning` in the specs linked below)."),
+        + seed_optimization({e: spec for e, spec in specs.items() if e in IN_DOMAIN}),
         "",
         "## In-domain (the paper's Table 5)",
         "",

@@ -91,8 +91,24 @@ def test_parts_run_the_strategies_a_whole_run_runs() -> None:
             parts = [load_spec(job, reproduce.overrides_for(name, quick=False, gpu=False, part=part)) for part in split]
             semantic = {"semantic", "bm25+semantic"} if "semantic" not in split and "rest" not in split else set()
             assert sorted(s for part in parts for s in part.sampling.strategies) == sorted(set(whole) - semantic)
-            # SBERT is seed-optimized in the split's first part only, the part that gives its row
-            assert [part.tuning is not None for part in parts] == [True] + [False] * (len(split) - 1)
+            # SBERT is seed-optimized where a part gives its row or retrieves with it (semantic_model: gold), so that
+            # a semantic part draws a whole run's pools (before: with an SBERT fitted once); kde trains it once
+            assert [part.tuning is not None for part in parts] == [p != "kde" for p in split]
+            assert all(part.sampling.semantic_model == "gold" for part in parts)
+
+
+def test_results_page_says_how_sbert_was_seed_optimized() -> None:
+    """Read from the runs' specs; it said "5 seeds, all but the best culled at 20%" whatever --set changed."""
+    tuning = {"seeds": 5, "models": ["sbert"], "keep": 1, "cull_at": 0.2}
+    assert reproduce.seed_optimization({"stsb_1k": {"tuning": tuning}, "mrpc": {"tuning": tuning}}) == (
+        " In-domain, SBERT is seed-optimized: 5 seeds, all but the best culled at 20% of the steps, chosen on dev "
+        "(`tuning` in the specs linked below).")
+    assert reproduce.seed_optimization({"stsb_1k": {"tuning": {**tuning, "seeds": [1, 2, 3], "scheduler": "asha", "cull_at": 0.3}},
+                                        "mrpc": {"tuning": None}}) == (
+        " In-domain, SBERT is stsb_1k: seed-optimized: 3 seeds, ASHA at 30% of the steps, chosen on dev; mrpc: not "
+        "seed-optimized (`tuning` in the specs linked below).")
+    assert "all but the best 2 culled" in reproduce.seed_optimization({"mrpc": {"tuning": {**tuning, "keep": 2}}})
+    assert reproduce.seed_optimization({}) == ""
 
 
 @pytest.mark.parametrize("quick", [False, True])
