@@ -185,13 +185,18 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, dashboard:
 Request = tuple[str, float, str]
 
 
-def most_resources() -> dict[str, float]:
-    """The most of each resource the Ray cluster can give: what its nodes have now, or, with an autoscaler, what its
-    node groups have at their largest (a group scaled to zero nodes counts)."""
+def autoscaler_resources() -> dict[str, float]:
+    """What an autoscaler's node groups have at their largest (a group scaled to zero nodes counts); empty without
+    an autoscaler."""
     from ray._private.state import state  # private: Ray Train and Ray Data ask the autoscaler's config the same way
 
-    now = ray.cluster_resources()
-    most = state.get_max_resources_from_cluster_config() or {}
+    return state.get_max_resources_from_cluster_config() or {}
+
+
+def most_resources() -> dict[str, float]:
+    """The most of each resource the Ray cluster can give: what its nodes have now, or, with an autoscaler, what its
+    node groups have at their largest."""
+    now, most = ray.cluster_resources(), autoscaler_resources()
     return {kind: max(now.get(kind, 0), most.get(kind, 0)) for kind in {*now, *most}}
 
 

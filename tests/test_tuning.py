@@ -15,9 +15,10 @@ from augsbert_ray.config import JobSpec, SpecError, TuningSpec, load_spec
 from augsbert_ray.data import load_gold
 from augsbert_ray.tuning.report import tuning_markdown, tuning_summary
 from augsbert_ray.tuning.search import (
-    Outcome, SearchSetup, Trial, asha_schedule, concurrent_trials, plan_trials, record, run_phase, search, trial_config,
+    Outcome, SearchSetup, Trial, asha_schedule, asha_scheduler, concurrent_trials, holds_every_trial, plan_trials, record,
+    run_phase, search, trial_config,
 )
-from augsbert_ray.tuning.trial_loop import CullBoard, cull_step, eval_steps, total_steps
+from augsbert_ray.tuning.trial_loop import CullBoard, cull_step, dev_score, eval_steps, score_key, total_steps
 
 TRAIN_ROWS, BATCH, EPOCHS = 40, 8, 4  # 5 steps per epoch, 20 in all
 SEEDS = [11, 12, 13]
@@ -73,6 +74,37 @@ def test_only_as_many_trials_run_at_once_as_the_cluster_holds() -> None:
     # 2 GPUs / 0.4) said 4 and 5, and the in-place search waited for ever on the trial that could not start
     assert concurrent_trials(tuning(cpus_per_trial=2.5), [{"CPU": 4.0}, {"CPU": 4.0}, {"CPU": 2.0}]) == 2
     assert concurrent_trials(tuning(gpus_per_trial=0.4), [{"CPU": 16.0, "GPU": 2.0}]) == 4
+
+
+def test_the_in_place_cull_runs_only_where_every_trial_can_run_at_once() -> None:
+    """Before: max_concurrent_trials at or above the trials chose the in-place cull even where the cluster could not
+    hold them, and the trials at the cull waited for ever for those that could not start."""
+    def tuning(**fields: object) -> TuningSpec:
+        return load_spec(None, [f"tuning={json.dumps({'seeds': 3, 'cpus_per_trial': 1, **fields})}"]).tuning
+
+    two_cpus = [{"CPU": 2.0}]
+    assert not holds_every_trial(tuning(max_concurrent_trials=3), 3, two_cpus, {})  # two at a time: from checkpoints
+    assert not holds_every_trial(tuning(), 3, two_cpus, {})
+    assert holds_every_trial(tuning(), 2, two_cpus, {})
+    # an autoscaler whose node groups reach 8 CPUs: the trials may wait for its nodes, as the setting asks
+    assert holds_every_trial(tuning(max_concurrent_trials=3), 3, two_cpus, {"CPU": 8.0})
+    assert not holds_every_trial(tuning(), 3, two_cpus, {"CPU": 8.0})  # unset: what runs now
+
+
+def test_a_diverged_trial_scores_nan_in_classification_too(tiny_model: Path) -> None:
+    """Before: its F1 threshold refused the NaN scores, the trial failed and stopped the whole search; in regression
+    the same fit was ranked last (score_key)."""
+    import pyarrow as pa
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(tiny_model), device="cpu")
+    dev = pa.table({"sentence1": ["a cat", "a dog", "rain"], "sentence2": ["a cat sat", "the sun", "rain falls"], "label": [1.0, 0.0, 1.0]})
+    assert np.isfinite(dev_score(model, dev, "classification"))
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.fill_(float("nan"))
+    for task in ("classification", "regression"):
+        assert np.isnan(dev_score(model, dev, task)) and score_key(dev_score(model, dev, task)) == -np.inf
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +202,7 @@ def test_asha_scores_every_trial_at_its_one_rung(tmp_path: Path) -> None:
     spec = load_spec(None, ["tuning={seeds: [1], top_k: [1, 3], scheduler: asha, eval_every: 0.5, keep: 1}"])
     setup = SearchSetup(spec, "augsbert_bm25", "unused", "unused", tmp_path)
     short, long = Trial("k1", 1, 1, [], 30, final_score=70.0), Trial("k3", 1, 3, [], 100, final_score=71.0)
-    rung, reduction = asha_schedule(100, 2, spec.tuning.cull_at)
+    rung, reduction = asha_schedule(100, 2, 1, spec.tuning.cull_at)
     assert (rung, reduction) == (20, 2)
     assert [trial_config(setup, trial, "asha", None, None, rung=rung)["loop"]["eval_steps"] for trial in (short, long)] \
         == [[15, 20, 30], [20, 50, 100]]
@@ -178,8 +210,39 @@ def test_asha_scores_every_trial_at_its_one_rung(tmp_path: Path) -> None:
     outcome = Outcome("augsbert_bm25", "asha", spec.tuning.cull_at, 1, [short, long], "k3", 1.0)
     markdown = tuning_markdown("t", tuning_summary({"augsbert_bm25": outcome}, {"augsbert_bm25": 69.0}, "spearman"))
     assert ("Scheduler `asha`: ASHA compares every trial's dev score at step 20 (20% of the longest fit; a shorter fit "
-            "runs to its end) and stops those below its cutoff (reduction factor 2); it lets the first trial through, "
-            "so more than 1 may finish (steps per fit: 30, 100).") in markdown
+            "runs to its end) with those recorded there before it, and stops it below their 50% quantile (reduction "
+            "factor 2, trials / keep); it lets the first trial through, so more than 1 may finish (steps per fit: 30, 100).") in markdown
+    outcome = Outcome("augsbert_bm25", "asha", spec.tuning.cull_at, 2, [short, long], "k3", 1.0)
+    markdown = tuning_markdown("t", tuning_summary({"augsbert_bm25": outcome}, {"augsbert_bm25": 69.0}, "spearman"))
+    assert "Scheduler `asha`: with keep = trials (2) ASHA culls none: every trial trains to its end (steps per fit: 30, 100)." in markdown
+
+
+def test_asha_culls_once_at_the_rung_and_keeps_keep() -> None:
+    """Before: reduction factor = trials whatever tuning.keep, and max_t at the longest fit, where ASHA adds a rung
+    at every reduction factor's multiple of the grace period: 3 trials culled at 20% were culled again at 60%, and
+    the best at the cull step stopped there."""
+    from types import SimpleNamespace
+
+    def finishers(keep: int, scores: dict) -> list[str]:
+        scheduler = asha_scheduler(*asha_schedule(100, len(scores), keep, 0.2))
+        if scheduler is None:
+            return sorted(scores)
+        scheduler.set_search_properties("dev_score", "max")
+        trials = {name: SimpleNamespace(trial_id=name) for name in scores}
+        for trial in trials.values():
+            scheduler.on_trial_add(None, trial)
+        going = set(scores)
+        for step in eval_steps(100, 20, 0.1):  # every 10 steps, as tuning.eval_every 0.1 reports
+            for name in sorted(going):
+                if scheduler.on_trial_result(None, trials[name], {"step": step, "dev_score": scores[name](step)}) == "STOP":
+                    going.discard(name)
+        return sorted(going)
+
+    # at step 20: s42 54, s43 60, s44 40; s42 overtakes s43 later, which is no second cull
+    scores = {"s42": lambda step: 50 + step / 5, "s43": lambda step: 59.5 + step / 40, "s44": lambda step: 40.0}
+    assert finishers(2, scores) == ["s42", "s43"]  # the best two at the rung; s44 is below their 33% quantile
+    assert finishers(1, scores) == ["s42", "s43"]  # s42 went first and passed (ASHA lets the first through); s44 stopped
+    assert finishers(3, scores) == ["s42", "s43", "s44"]  # keep = trials: no scheduler, nothing culled
 
 
 @pytest.mark.slow

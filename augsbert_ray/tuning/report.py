@@ -37,10 +37,12 @@ def tuning_markdown(title: str, summary: dict[str, Any]) -> str:
     for name, data in summary["models"].items():
         fit_steps = ", ".join(map(str, sorted({trial["total_steps"] for trial in data["trials"]})))
         if data["scheduler"] == "asha":
-            rung, reduction = asha_schedule(data["steps_one_fit"], len(data["trials"]), data["cull_at"])
+            rung, reduction = asha_schedule(data["steps_one_fit"], len(data["trials"]), data["keep"], data["cull_at"])
             rule = (f"ASHA compares every trial's dev score at step {rung} ({data['cull_at']:.0%} of the longest fit; a "
-                    f"shorter fit runs to its end) and stops those below its cutoff (reduction factor {reduction}); it "
-                    f"lets the first trial through, so more than {data['keep']} may finish")
+                    f"shorter fit runs to its end) with those recorded there before it, and stops it below their "
+                    f"{1 - 1 / reduction:.0%} quantile (reduction factor {reduction:g}, trials / keep); it lets the first "
+                    f"trial through, so more than {data['keep']} may finish" if reduction > 1
+                    else f"with keep = trials ({data['keep']}) ASHA culls none: every trial trains to its end")
         else:
             rule = f"every trial trains to {data['cull_at']:.0%} of its steps; the best {data['keep']} by dev score there go on"
         lines += [

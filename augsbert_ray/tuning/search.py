@@ -4,9 +4,9 @@
   When the cluster holds every trial at once, the trials meet at the cull step (a CullBoard actor) and the
   survivors go on in place, on the CPUs the culled ones free. Otherwise in two Tune phases: phase one trains
   every trial to the cull step and checkpoints its full training state; the best resume from it to the end.
-- ``asha``: one Tune run with a plain ASHAScheduler (grace period = the longest fit's cull step, where every
-  trial scores dev; reduction factor = the number of trials). ASHA lets the first trial through each rung, so
-  more than ``keep`` may finish.
+- ``asha``: one Tune run with an ASHAScheduler of one rung, at the longest fit's cull step, where every trial
+  scores dev; reduction factor = trials / keep. ASHA compares a trial with those that reached the rung before it
+  and lets the first through, so more than ``keep`` may finish.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from ray.tune import Callback, Stopper
 from ray.tune.schedulers import ASHAScheduler
 
 from augsbert_ray.config import JobSpec, TuningSpec
-from augsbert_ray.runtime import log
+from augsbert_ray.runtime import autoscaler_resources, log
 from augsbert_ray.training.ray_fit import TrainFile
 from augsbert_ray.tuning.trial_loop import CullBoard, cull_step, eval_steps, score_key, total_steps, tuning_train_loop
 
@@ -120,6 +120,11 @@ def concurrent_trials(tuning: TuningSpec, nodes: list[dict[str, float]]) -> int:
     """
     if tuning.max_concurrent_trials is not None:
         return tuning.max_concurrent_trials
+    return max(1, trial_capacity(tuning, nodes))
+
+
+def trial_capacity(tuning: TuningSpec, nodes: list[dict[str, float]]) -> int:
+    """How many trials ``nodes`` hold at once: a trial runs on one node, a fraction of a GPU within one GPU."""
 
     def on_node(resources: dict[str, float]) -> int:
         fits = math.floor(resources.get("CPU", 0.0) / tuning.cpus_per_trial + 1e-9)  # 1.0 / 0.2 must give 5
@@ -127,7 +132,22 @@ def concurrent_trials(tuning: TuningSpec, nodes: list[dict[str, float]]) -> int:
             fits = min(fits, math.floor(resources.get("GPU", 0.0) + 1e-9) * math.floor(1 / tuning.gpus_per_trial + 1e-9))
         return fits
 
-    return max(1, sum(on_node(resources) for resources in nodes))
+    return sum(on_node(resources) for resources in nodes)
+
+
+def holds_every_trial(tuning: TuningSpec, trials: int, nodes: list[dict[str, float]], autoscaler: dict[str, float]) -> bool:
+    """Whether all ``trials`` can run at once, as the in-place cull needs (a trial waiting at the cull for one that
+    cannot start would wait for ever): the concurrency allows it, and the live ``nodes`` hold them or, with an
+    ``autoscaler`` (the most its node groups have, ``autoscaler_resources``), the cluster can grow to. A
+    ``max_concurrent_trials`` above that is a cap, not a promise.
+
+    Example:
+        ::
+
+            holds_every_trial(spec.tuning, 5, live_node_resources(), autoscaler_resources())
+    """
+    capacity = max(trial_capacity(tuning, nodes), trial_capacity(tuning, [autoscaler]) if autoscaler else 0)
+    return min(concurrent_trials(tuning, nodes), capacity) >= trials
 
 
 def live_node_resources() -> list[dict[str, float]]:
@@ -249,7 +269,7 @@ def sync_search(setup: SearchSetup, trials: list[Trial]) -> None:
     """Every trial to the cull step, then the best ``keep`` to the end: in place when the cluster holds every
     trial at once, else from checkpoints in a second phase."""
     culls = {trial.name: cull_step(trial.total_steps, setup.tuning.cull_at) for trial in trials}
-    if concurrent_trials(setup.tuning, live_node_resources()) >= len(trials):
+    if holds_every_trial(setup.tuning, len(trials), live_node_resources(), autoscaler_resources()):
         in_place_search(setup, trials, culls)
     else:
         checkpointed_search(setup, trials, culls)
@@ -295,17 +315,28 @@ def checkpointed_search(setup: SearchSetup, trials: list[Trial], culls: dict[str
         trial.status = "survived"
 
 
-def asha_schedule(longest_fit: int, trial_count: int, cull_at: float) -> tuple[int, int]:
-    """(ASHA's first rung, where it compares every trial: the longest fit's cull step; its reduction factor)."""
-    return cull_step(longest_fit, cull_at), max(2, trial_count)
+def asha_schedule(longest_fit: int, trial_count: int, keep: int, cull_at: float) -> tuple[int, float]:
+    """(ASHA's one rung, where it compares every trial: the longest fit's cull step; its reduction factor
+    trial_count / keep, which makes its cutoff the (1 - keep / trial_count) quantile of the scores recorded there)."""
+    return cull_step(longest_fit, cull_at), trial_count / keep
+
+
+def asha_scheduler(rung: int, reduction: float) -> ASHAScheduler | None:
+    """Tune's ASHAScheduler with its one rung at step ``rung``; None where it would cull nothing (``reduction`` 1)."""
+    if reduction <= 1:
+        return None
+    # max_t at the rung: ASHA adds a rung at every reduction factor's multiple of the grace period up to max_t (for 3
+    # trials culled at 20%, a second cull at 60%); stop_last_trials off lets the trials run on past max_t
+    return ASHAScheduler(time_attr="step", grace_period=rung, max_t=rung, reduction_factor=reduction, stop_last_trials=False)
 
 
 def asha_search(setup: SearchSetup, trials: list[Trial]) -> None:
-    """Plain ASHA: grace period at the longest fit's cull step, reduction factor = number of trials. Each trial
-    reports dev at that step, so that its cull score is the one ASHA compared (a fit shorter than it runs to its end)."""
+    """ASHA with one rung at the longest fit's cull step, reduction factor trials / keep (with keep = trials no
+    trial is culled, and no scheduler runs). Each trial reports dev at that step, so that its cull score is the one
+    ASHA compared (a fit shorter than it runs to its end)."""
     longest = max(trial.total_steps for trial in trials)
-    rung, reduction = asha_schedule(longest, len(trials), setup.tuning.cull_at)
-    scheduler = ASHAScheduler(time_attr="step", grace_period=rung, max_t=longest, reduction_factor=reduction)
+    rung, reduction = asha_schedule(longest, len(trials), setup.tuning.keep, setup.tuning.cull_at)
+    scheduler = asha_scheduler(rung, reduction)
     configs = [trial_config(setup, trial, "asha", None, None, rung=rung) for trial in trials]
     results = run_phase(setup, configs, "asha", scheduler)
     for trial in trials:

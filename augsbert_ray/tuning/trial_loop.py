@@ -54,7 +54,8 @@ def eval_steps(total: int, cull: int, every: float) -> list[int]:
 
 
 def dev_score(model: Any, dev: Any, task: str) -> float:
-    """The task metric on dev with the in-memory model (eval mode: no dropout, no RNG use)."""
+    """The task metric on dev with the in-memory model (eval mode: no dropout, no RNG use); NaN for a model whose
+    scores are not finite."""
     s1, s2 = dev.column("sentence1").to_pylist(), dev.column("sentence2").to_pylist()
     labels = dev.column("label").to_numpy()
     was_training = model.training
@@ -62,7 +63,10 @@ def dev_score(model: Any, dev: Any, task: str) -> float:
     a = model.encode(s1, batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
     b = model.encode(s2, batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
     model.train(was_training)
-    return dev_metric(task, np.sum(a * b, axis=1), labels)
+    scores = np.sum(a * b, axis=1)
+    if not np.isfinite(scores).all():  # a fit that diverged: ranked last (score_key), in classification too, whose
+        return math.nan                # F1 threshold refuses such scores and failed the whole search
+    return dev_metric(task, scores, labels)
 
 
 def epoch_seeded_batch_sampler(dataset: Any, batch_size: int, drop_last: bool, valid_label_columns: Any = None, generator: Any = None, seed: int = 0) -> Any:
