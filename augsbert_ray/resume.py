@@ -23,12 +23,16 @@ SETTINGS_SUFFIX = ".settings"
 
 # The entries of the fingerprint that each fit depends on (prefixes of its flattened keys), a tuned one on
 # spec.tuning too; a fit not named here (an AugSBERT bi-encoder) depends on all of them.
+# A transfer source's train holds none of the target's dev and test pairs: the fits on it read the target too
+# (its data settings and the files its dev and test come from; a dev may be carved from train).
+TARGET_DEV_TEST = ("spec.target.data.", "files.target.train", "files.target.dev", "files.target.test")
 FIT_INPUTS: dict[str, tuple[str, ...]] = {
-    "cross_encoder": ("spec.seed", "spec.scenario", "spec.data.", "spec.cross_encoder.", "spec.training.", "files.data.", "models.cross_encoder"),
+    "cross_encoder": ("spec.seed", "spec.scenario", "spec.data.", "spec.cross_encoder.", "spec.training.", "files.data.", "models.cross_encoder",
+                      *TARGET_DEV_TEST),
     "teacher_bi_encoder": ("spec.seed", "spec.scenario", "spec.data.", "spec.teacher.bi_encoder.", "spec.training.", "files.data.",
-                           "models.teacher.bi_encoder"),
+                           "models.teacher.bi_encoder", *TARGET_DEV_TEST),
     "sbert": ("spec.seed", "spec.data.", "spec.bi_encoder.", "spec.training.", "files.data.", "models.bi_encoder"),
-    "sbert_source": ("spec.seed", "spec.data.", "spec.bi_encoder.", "spec.training.", "files.data.", "models.bi_encoder"),
+    "sbert_source": ("spec.seed", "spec.data.", "spec.bi_encoder.", "spec.training.", "files.data.", "models.bi_encoder", *TARGET_DEV_TEST),
     "sbert_target": ("spec.seed", "spec.target.data.", "spec.bi_encoder.", "spec.training.", "files.target.", "models.bi_encoder"),
 }
 

@@ -92,6 +92,18 @@ def warn_cpu_bf16(work: str) -> None:
                     "slower than fp32 there", work, socket.gethostname())
 
 
+def gpu_unseen(worker: str, setting: str) -> str | None:
+    """The error for ``worker`` (e.g. "a labeling actor"), which reserved a GPU, when this process's torch sees none
+    (a CPU build, or no CUDA driver): it would otherwise hold the GPU and work on the CPU, or fail inside NCCL's
+    set-up without saying why. None where torch sees one. ``setting`` turns the GPU off."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return (f"{worker} on {socket.gethostname()} reserved a GPU, but torch {torch.__version__} there sees none (a CPU "
+            f"build, or no CUDA driver): install a CUDA build of torch on the GPU nodes, or set {setting}")
+
+
 def check_dashboard_packages() -> None:
     """Ray's dashboard needs the packages of ray[default]; without them ray.init fails with a traceback and a
     generic message. Ray itself tells them apart by this import."""

@@ -227,12 +227,13 @@ def link_or_copy(source: str, target: str) -> None:
 def copy_trained_model(trained: Path, model_dir: Path, name: str) -> dict[str, Any]:
     """A teacher model given as already trained is copied, so the run directory stays whole (as hard links where
     possible: an mpnet teacher is 0.4 GB per run). When it comes from an earlier run, that run's progress.json says
-    what it was trained on."""
+    what it was trained on, under the model's own name there (an earlier run's SBERT may be this one's teacher)."""
     log.info("%s: copying the trained model at %s, no fit", name, trained)
     shutil.copytree(trained, model_dir, copy_function=link_or_copy)
-    source_progress = trained.resolve().parent.parent / PROGRESS_FILE
+    source = trained.resolve()
+    source_progress = source.parent.parent / PROGRESS_FILE
     fits = json.loads(source_progress.read_text(encoding="utf-8")) if source_progress.is_file() else {}
-    return {"trained_on": fits.get(name, {}).get("trained_on")}
+    return {"trained_on": fits.get(source.name, {}).get("trained_on")}
 
 
 def train_cross_encoder(ctx: RunContext, gold: Gold) -> Fit:

@@ -1373,6 +1373,40 @@ def test_bf16_on_a_nodes_cpu_without_it_warns_there(monkeypatch: pytest.MonkeyPa
     ]
 
 
+GPU_PROBE = """
+import ray
+from augsbert_ray.training.ray_fit import check_gpu_workers
+
+ray.init(num_cpus=1, num_gpus=1, include_dashboard=False)  # a GPU declared to Ray, which this torch cannot see
+try:
+    check_gpu_workers("sbert")
+except RuntimeError as exc:
+    print(exc)
+"""
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine's torch sees a GPU")
+def test_a_fit_on_a_gpu_its_torch_cannot_see_stops_naming_why(tmp_path: Path) -> None:
+    """training.use_gpu on a GPU node whose torch is a CPU build (as `make install` makes it): Ray Train's NCCL
+    set-up failed without saying why; a task on a GPU node asks its torch first. A Ray of its own, with a GPU
+    declared (this session's Ray has none)."""
+    import tempfile
+
+    import torch
+
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "PYTHONPATH": str(REPO),
+           "RAY_TMPDIR": tempfile.mkdtemp(prefix="ray", dir="/tmp")}
+    try:
+        result = subprocess.run([sys.executable, "-c", GPU_PROBE], env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-1] == (
+        f"training sbert: a Ray Train worker on {socket.gethostname()} reserved a GPU, but torch {torch.__version__} there "
+        "sees none (a CPU build, or no CUDA driver): install a CUDA build of torch on the GPU nodes, or set training.use_gpu: false"
+    )
+
+
 def test_a_ray_without_its_dashboard_packages_stops_with_one_line(monkeypatch: pytest.MonkeyPatch, data_dir: Path, tmp_path: Path, capsys) -> None:
     """A Ray installed without ray[default] (as on a lent GPU machine's image) made ray.init fail with a traceback
     and "Cannot include dashboard with missing packages."; a run now stops with one line that says what to install."""

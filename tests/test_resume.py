@@ -84,6 +84,17 @@ def test_force_resume_drops_the_training_state_of_a_fit_a_change_touches(tmp_pat
     assert sorted(path.name for path in (run_dir / "ray_train").iterdir()) == ["cross_encoder"]  # SBERT's state is gone
 
 
+def test_a_transfer_sources_fits_follow_the_targets_dev_and_test() -> None:
+    """A transfer source's train is cleaned of the target's dev and test pairs. Before: --force-resume after the
+    target's test (or its eval_limit) changed kept the teacher and SBERT-source, fitted on pairs now in that test."""
+    from augsbert_ray.resume import fit_still_matches
+
+    for change in ("files.target.test", "files.target.dev", "files.target.train", "spec.target.data.eval_limit", "spec.target.data.on_overlap"):
+        changed = {change: ("old", "new")}
+        assert not any(fit_still_matches(fit, changed) for fit in ("cross_encoder", "teacher_bi_encoder", "sbert_source", "sbert_target"))
+    assert fit_still_matches("cross_encoder", {"files.target.sentences": ("old", "new")})  # unlabeled text: silver only
+
+
 def test_a_tuning_edit_refits_sbert_only_where_sbert_is_tuned(tmp_path: Path, data_dir: Path) -> None:
     """Before: any tuning edit refit SBERT, even where its plain fit never reads the tuning section."""
     for models, refit in (["augsbert_bm25"], False), (["sbert"], True):

@@ -246,6 +246,22 @@ def test_a_trained_teacher_is_linked_into_the_run_not_copied(tiny_bi_encoder: Pa
     assert all((tiny_bi_encoder / name).stat().st_ino == (run_models / "teacher_bi_encoder" / name).stat().st_ino for name in given)
 
 
+def test_a_trained_teacher_from_an_earlier_run_reports_what_it_was_trained_on(tiny_bi_encoder: Path, tmp_path: Path) -> None:
+    """An earlier run's SBERT as this run's teacher bi-encoder: that run's progress.json says under "sbert" what it
+    was trained on. Before: it was looked up as "teacher_bi_encoder", the earlier run's other model (or None)."""
+    import json
+
+    from augsbert_ray.layout import PROGRESS_FILE
+    from augsbert_ray.stages import copy_trained_model
+
+    earlier = tmp_path / "earlier"
+    shutil.copytree(tiny_bi_encoder, earlier / "models" / "sbert")
+    (earlier / PROGRESS_FILE).write_text(json.dumps({"teacher_bi_encoder": {"trained_on": 11498}, "sbert": {"trained_on": 5749}}))
+    (tmp_path / "run" / "models").mkdir(parents=True)
+    given = copy_trained_model(earlier / "models" / "sbert", tmp_path / "run" / "models" / "teacher_bi_encoder", "teacher_bi_encoder")
+    assert given == {"trained_on": 5749}
+
+
 def test_a_member_or_labels_without_spread_cannot_be_calibrated() -> None:
     """Before: float noise around one score (a collapsed model) got a scale of -3e7 and a random sign, and labels
     that are all equal gave a constant teacher without a word."""

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import copy
 import os
-import socket
 import uuid
 import warnings
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from augsbert_ray.files import atomic_path
-from augsbert_ray.runtime import configure_torch_threads, warn_cpu_bf16
+from augsbert_ray.runtime import configure_torch_threads, gpu_unseen, warn_cpu_bf16
 
 ONNX_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 CALIBRATION_PAIRS = 256  # int8: pairs whose activations set the smoothing scales
@@ -65,10 +64,8 @@ def actor_device(precision: str, threads: int, gpu: bool) -> tuple[str, Any]:
     the driver, ``labels_in_process``): its precision and runtime were checked for the CPU."""
     import torch
 
-    if gpu and not torch.cuda.is_available():  # else it would hold the GPU and label on the CPU, fp16 and all
-        raise RuntimeError(f"a labeling actor on {socket.gethostname()} reserved a GPU, but torch {torch.__version__} there "
-                           "sees none (a CPU build, or no CUDA driver): install a CUDA build of torch on the GPU nodes, "
-                           "or set labeling.gpus_per_actor: 0")
+    if gpu and (unseen := gpu_unseen("a labeling actor", "labeling.gpus_per_actor: 0")):  # it would label on the CPU, fp16 and all
+        raise RuntimeError(unseen)
     device = "cuda" if gpu else "cpu"
     use_tokenizer_threads(device, threads)
     dtype = weights_dtype(precision)

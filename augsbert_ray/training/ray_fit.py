@@ -19,7 +19,7 @@ from ray.train.torch import TorchTrainer
 
 from augsbert_ray.config import EncoderSpec, TrainingSpec
 from augsbert_ray.layout import TrainFile
-from augsbert_ray.runtime import configure_torch_threads, format_seconds, log, setup_worker_logging, warn_cpu_bf16
+from augsbert_ray.runtime import configure_torch_threads, format_seconds, gpu_unseen, log, setup_worker_logging, warn_cpu_bf16
 
 FIT_METRICS = "augsbert_fit.json"  # in a fit's final checkpoint: what it reported, to report again on a resume
 
@@ -229,6 +229,20 @@ def worker_setup(config: dict[str, Any]) -> None:
     set_seed(config["seed"])
 
 
+@ray.remote(num_cpus=0, num_gpus=1)
+def gpu_worker_problem(name: str) -> str | None:
+    """What a Ray Train worker of fit ``name`` would find on a GPU node: None, or why its torch cannot use the GPU."""
+    return gpu_unseen(f"training {name}: a Ray Train worker", "training.use_gpu: false")
+
+
+def check_gpu_workers(name: str) -> None:
+    """A fit with use_gpu asks a GPU node's torch first: Ray Train sets up NCCL for workers that hold a GPU, which
+    fails with "Distributed package doesn't have NCCL built in" where torch is a CPU build (as `make install` puts
+    on any machine)."""
+    if problem := ray.get(gpu_worker_problem.remote(name)):
+        raise RuntimeError(problem)
+
+
 def fit_on_ray(
     train_loop: Callable[[dict[str, Any]], None],
     loop_config: dict[str, Any],
@@ -242,6 +256,8 @@ def fit_on_ray(
     train_files = [(str(Path(path).resolve()), target) for path, target in loop_config["train_files"]]
     if missing := [path for path, _ in train_files if not Path(path).is_file()]:
         raise FileNotFoundError(f"training {name}: no such file: {missing[0]}")
+    if resources.use_gpu:
+        check_gpu_workers(name)
     trainer = TorchTrainer(
         train_loop,
         train_loop_config={
