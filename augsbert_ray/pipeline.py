@@ -16,6 +16,7 @@ import numpy as np
 from augsbert_ray.config import JobSpec, SpecError, check_output_dir, dump_spec, load_spec
 from augsbert_ray.evaluation import Evaluation
 from augsbert_ray.evaluation.checks import saved_kind
+from augsbert_ray.files import atomic_write_text
 from augsbert_ray.labeling import check_resources, labels_in_process
 from augsbert_ray.labeling.teacher import single_output_error
 from augsbert_ray.layout import METRICS_FILE, REPORT_FILE, SPEC_FILE, bi_encoder_name
@@ -191,14 +192,15 @@ def run_metrics(
 
 
 def write_outputs(ctx: RunContext, metrics: dict[str, Any], fits: list[Fit], reference_labels: np.ndarray, silver: Silver) -> None:
-    """metrics.json, report.md, the score-density plot and, after a search, tuning.md/tuning.json."""
+    """The score-density plot, report.md, after a search tuning.md/tuning.json, and last metrics.json, which marks
+    the run finished (`--resume` refuses it): a run stopped before it resumes and writes them all again."""
     root = ctx.layout.root
     plot_score_densities(reference_labels, silver.histograms(), root / "score_density.png")
-    (root / METRICS_FILE).write_text(json.dumps(metrics, indent=2), encoding="utf-8")
     write_report(ctx.spec, metrics, root / REPORT_FILE)
     searched = {fit.name: fit.tuning for fit in fits if fit.tuning is not None}
     if searched:
         write_tuning_report(root, ctx.spec.name, searched, {name: metrics["test"][name] for name in searched}, metrics["metric"])
+    atomic_write_text(root / METRICS_FILE, json.dumps(metrics, indent=2))
     log.info("done: %s", root / REPORT_FILE)
 
 

@@ -74,10 +74,23 @@ class FitLedger:
             return record
         remove_unfinished_fit(self.layout, name, keep_training_state)
         started = time.perf_counter()
-        record = {**fit(), "wall_seconds": round(time.perf_counter() - started, 2)}
+        record = fit()
+        seconds = time.perf_counter() - started
+        if record.pop("reused", False):  # Ray Train kept the final model of an attempt stopped before recording it
+            seconds = record.pop("train_seconds")
+            log.info("resume: %s had finished in an earlier attempt (%.0fs of training); its model is reused", name, seconds)
+            self.reused[name] = seconds
+        record = {**record, "wall_seconds": round(seconds, 2)}
         self.finished[name] = record
         self.write()
         return record
+
+
+def fit_record(trained_on: int, metrics: dict[str, Any]) -> dict[str, Any]:
+    """What a fit gives ``FitLedger.fit_once``: the pairs it learned from, and, where Ray Train only reported again
+    the final model of an earlier attempt (``metrics`` "reused"), that attempt's training seconds."""
+    reused = {"reused": True, "train_seconds": metrics.get("train_seconds", 0.0)} if metrics.get("reused") else {}
+    return {"trained_on": trained_on, **reused}
 
 
 def remove_unfinished_fit(layout: RunLayout, name: str, keep_training_state: bool) -> None:
@@ -243,9 +256,9 @@ def train_cross_encoder(ctx: RunContext, gold: Gold) -> Fit:
     def fit() -> dict[str, Any]:
         if spec.cross_encoder.trained:
             return copy_trained_model(Path(spec.cross_encoder.trained).expanduser(), model_dir, name)
-        fit_cross_encoder(spec.cross_encoder, resolve_model(spec.cross_encoder.model), [gold.train_file], spec.training,
-                          spec.seed, ctx.layout.ray_train, model_dir)
-        return {"trained_on": gold.splits.train.num_rows * (2 if spec.cross_encoder.both_orders else 1)}
+        metrics = fit_cross_encoder(spec.cross_encoder, resolve_model(spec.cross_encoder.model), [gold.train_file], spec.training,
+                                    spec.seed, ctx.layout.ray_train, model_dir)
+        return fit_record(gold.splits.train.num_rows * (2 if spec.cross_encoder.both_orders else 1), metrics)
 
     return Fit(name, model_dir, ctx.fit_once(name, fit)["trained_on"])
 
@@ -261,7 +274,7 @@ def train_teacher_bi_encoder(ctx: RunContext, gold: Gold) -> Fit:
         fit_settings = BiEncoderSpec.model_validate(settings.model_dump(exclude={"trained"}))
         metrics = fit_bi_encoder(fit_settings, resolve_model(settings.model), [gold.train_file], ctx.spec.training,
                                  ctx.spec.seed, ctx.layout.ray_train, name, model_dir)
-        return {"trained_on": int(metrics["train_rows"])}
+        return fit_record(int(metrics["train_rows"]), metrics)
 
     return Fit(name, model_dir, ctx.fit_once(name, fit)["trained_on"])
 
@@ -290,7 +303,7 @@ def plain_fit(ctx: RunContext, name: str, files: list[TrainFile]) -> dict[str, A
     spec = ctx.spec
     metrics = fit_bi_encoder(spec.bi_encoder, resolve_model(spec.bi_encoder.model), files, spec.training, spec.seed,
                              ctx.layout.ray_train, name, ctx.layout.model(name))
-    return {"trained_on": int(metrics["train_rows"])}  # after selection's `accepted` filter
+    return fit_record(int(metrics["train_rows"]), metrics)  # rows after selection's `accepted` filter
 
 
 def student_fitter(spec: JobSpec, name: str, silver_by_k: SilverByK | None = None) -> StudentFitter:

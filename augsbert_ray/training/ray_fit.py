@@ -181,13 +181,16 @@ def train_and_report(
     warn_bf16_on_cpu(config)
     if report_finished_fit(config["name"]):
         return
+    started = time.monotonic()
     with tempfile.TemporaryDirectory() as output_dir:
         args = training_arguments(
             args_cls, spec, config["seed"], output_dir, find_unused_parameters, config["checkpoint_every"], bf16=config["bf16"]
         )
         trainer = with_progress_line(trainer_cls(model=model, args=args, train_dataset=training_dataset(table), loss=loss), config["name"])
         result, resumed_from_step = train_resuming(trainer, config["checkpoint_every"])
-    metrics = {"train_loss": result.training_loss, "train_rows": table.num_rows, "steps": result.global_step}
+    # kept with the final model, for a driver that stopped before recording the fit to account for it (FitLedger)
+    metrics = {"train_loss": result.training_loss, "train_rows": table.num_rows, "steps": result.global_step,
+               "train_seconds": round(time.monotonic() - started, 2)}
     report_final_model(model, {**metrics, "resumed_from_step": resumed_from_step})
 
 

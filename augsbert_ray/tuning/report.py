@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from augsbert_ray.files import atomic_write_text
 from augsbert_ray.report import gate_line
 from augsbert_ray.tuning.search import Outcome, asha_schedule
 
@@ -80,6 +81,6 @@ def write_tuning_report(
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     summary = {**tuning_summary(outcomes, test_scores, metric), **(extra or {})}
-    (run_dir / "tuning.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     (run_dir / "tuning.md").write_text(tuning_markdown(title, summary), encoding="utf-8")
+    atomic_write_text(run_dir / "tuning.json", json.dumps(summary, indent=2))  # last: it marks an `augsbert tune` run finished
     return summary
