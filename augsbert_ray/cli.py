@@ -621,7 +621,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-USER_ERRORS = (SpecError, FileNotFoundError, ValueError, ModelPartsError)
+USER_ERRORS = (SpecError, FileNotFoundError, PermissionError, ValueError, ModelPartsError)
 # Raised on purpose inside Ray tasks and workers for bad input: within a Ray failure, only these (and a model's
 # UnusableScores) are user errors.
 RAISED_USER_ERRORS = (SpecError, FileNotFoundError, ModelPartsError)

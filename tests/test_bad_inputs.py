@@ -81,6 +81,22 @@ def test_evaluate_counts_and_lists_a_nan_label(tiny_model: Path, tmp_path: Path,
     assert json.loads(out)["rows"] == {"read": 100, "accepted": 99, "rejected": 1, "dev": 99, "test": 99}
 
 
+def test_an_unreadable_data_file_is_one_line(tiny_model: Path, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file its user may not read (the OS's answer is simulated: these tests run as root, whom no mode stops).
+    Before: PermissionError's traceback."""
+    data = pair_file(tmp_path / "pairs.csv", scores(10))
+    opened = Path.open
+
+    def refused(path: Path, *args: object, **kwargs: object) -> object:
+        if path == data:
+            raise PermissionError(13, "Permission denied", str(path))
+        return opened(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", refused)
+    code, _, err = evaluate(capsys, tiny_model, "--data", str(data))
+    assert code == 2 and err == f"augsbert evaluate: error: [Errno 13] Permission denied: '{data}'\n"
+
+
 def test_evaluate_writes_rejects_to_a_file(tiny_model: Path, tmp_path: Path, capsys) -> None:
     labels = scores(100)
     labels[9] = ""  # line 11
@@ -1046,6 +1062,11 @@ def test_a_sentence_list_reads_lines_as_its_csv_and_jsonl_siblings_do(tmp_path: 
     sentences.write_bytes(b"\xef\xbb\xbfthe cat sat\r\nthe dog ran\xe2\x80\xa8on\na bird flew\n")
     assert read_sentences(sentences) == ["the cat sat", "the dog ran\u2028on", "a bird flew"]
     sentences.write_bytes(b"a b\nc d\n\xff e\n")
+    with pytest.raises(SpecError, match=rf"^target.sentences {re.escape(str(sentences))}:3: not UTF-8; save the file as UTF-8$"):
+        read_sentences(sentences, "target.sentences")
+    # JSONL: arrow's reader kept the bytes, and reading them as text raised a bare UnicodeDecodeError
+    sentences = tmp_path / "sentences.jsonl"
+    sentences.write_bytes(b'{"sentence": "alpha"}\n{"sentence": "beta"}\n{"sentence": "\xff bad"}\n')
     with pytest.raises(SpecError, match=rf"^target.sentences {re.escape(str(sentences))}:3: not UTF-8; save the file as UTF-8$"):
         read_sentences(sentences, "target.sentences")
 

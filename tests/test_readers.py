@@ -56,7 +56,26 @@ def test_a_quote_left_open_takes_no_line_after_it(tmp_path: Path, closed_at: int
     assert result.rows_read == len(rows) and result.table.num_rows == len(rows) - 1
     ((line, field, reason),) = [(r.line, r.field, r.reason) for r in result.rejects]
     assert (line, field) == (5, "(line)")
-    assert reason.startswith("unparseable: field larger than field limit" if long else "a quote opened here is not closed where")
+    problem = {None: "unexpected end of data", 12: "',' expected after '\"'", "past-the-field-limit": "field larger than field limit"}
+    assert reason.startswith(f"unparseable: {problem[closed_at]}") and reason.endswith("as one record; they are read again)")
+
+
+def test_a_stray_quote_swallows_no_record_and_a_literal_one_spoils_none(tmp_path: Path) -> None:
+    """The check counted quotes: a quote closed by a stray quote lines later (here on line 5) made one accepted record of
+    lines 3-5, and line 4's pair was lost uncounted; a valid multi-line record beside a literal quote, or without its
+    unmapped last column, was rejected and its second line accepted as a pair."""
+    path = tmp_path / "pairs.csv"
+    path.write_text('sentence1,sentence2,label\na,b,0.1\n"Stop, he said,x,0.2\ne,f,0.3\nHe is 6" tall,i,0.4\nj,k,0.5\n')
+    result = read_pairs(SourceSpec(path=path, score_range=(0, 1)), "regression")
+    assert result.table.column("sentence1").to_pylist() == ["a", "e", 'He is 6" tall', "j"]
+    assert [(r.line, r.reason) for r in result.rejects] == [
+        (3, "unparseable: ',' expected after '\"' (a quote opened here took lines 3-5 as one record; they are read again)")]
+    assert result.rows_read == 5
+
+    path.write_text('sentence1,sentence2,label,comment\n"first part\nsecond part",other 6" sentence,0.5\n"a\nb",c,0.2,note\n')
+    result = read_pairs(SourceSpec(path=path, score_range=(0, 1)), "regression")
+    assert result.table.column("sentence1").to_pylist() == ["first part\nsecond part", "a\nb"] and not result.rejects
+    assert result.table.column("sentence2").to_pylist() == ['other 6" sentence', "c"]
 
 
 def test_a_bws_row_without_its_topic_is_a_reject_and_an_unknown_topic_is_named(tmp_path: Path) -> None:
@@ -195,6 +214,32 @@ def test_stsb_bad_lines_become_rejects(tmp_path: Path) -> None:
     result = read_pairs(SourceSpec(path=path, format="stsb"), "regression")
     assert result.table.column("sentence1").to_pylist() == ['A "quoted']
     assert reasons(result) == [(2, "label", "score"), (3, "sentence1", "missing")]
+
+
+def test_stsb_and_jsonl_lines_with_a_cr_or_only_blanks_are_counted(tmp_path: Path) -> None:
+    """Before: with CR-only line ends a whole STSb file was one accepted pair (sentence2 ran into the next record) and
+    the other records vanished; a line of tabs only was skipped uncounted. Only an empty line is not a row."""
+    path = tmp_path / "sts.csv"
+    path.write_text("".join(f"g\tf\t2012\t{i}\t3.2\tsentence a{i}\tsentence b{i}\r" for i in range(5)), newline="")
+    result = read_pairs(SourceSpec(path=path, format="stsb"), "regression")
+    assert (result.rows_read, result.table.num_rows) == (1, 0)
+    assert [(r.line, r.reason) for r in result.rejects] == [
+        (1, "a CR (\\r) inside the line: CR-only line ends? save the file with LF or CRLF line ends")]
+    path.write_text("g\tf\t2012\t1\t3.2\tA\tB\n\t\t\t\t\t\t\n\ng\tf\t2012\t2\t1.0\tC\tD\n")
+    result = read_pairs(SourceSpec(path=path, format="stsb"), "regression")
+    assert result.rows_read == 3 and result.table.num_rows == 2 and [line for line, _, _ in reasons(result)] == [2]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text('{"sentence1": "a", "sentence2": "b", "label": 0.5}\n   \n')
+    result = read_pairs(SourceSpec(path=path, score_range=(0, 1)), "regression")
+    assert result.rows_read == 2 and [(r.line, r.reason.split(":")[0]) for r in result.rejects] == [(2, "invalid JSON")]
+
+
+def test_a_score_with_an_underscore_is_not_a_number(tmp_path: Path) -> None:
+    """float("0_5") is 5.0 (Python's digit separator): before, it was accepted as 5 (1.0 on a 0-5 scale)."""
+    path = tmp_path / "pairs.csv"
+    path.write_text("sentence1,sentence2,label\na,b,0_5\nc,d,2.5\n")
+    result = read_pairs(SourceSpec(path=path, score_range=(0, 5)), "regression")
+    assert result.table.column("label").to_pylist() == [0.5] and reasons(result) == [(2, "label", "non-numeric")]
 
 
 def test_a_transfer_source_keeps_none_of_the_targets_dev_and_test_pairs(data_dir: Path) -> None:

@@ -66,18 +66,24 @@ def _decoded_lines(path: Path) -> Iterator[tuple[int, str | None, bytes]]:
 
 
 def _record_lines(path: Path) -> Iterator[tuple[int, str] | Reject]:
-    """(line number, text) of each non-blank line of a one-record-per-line file, or its bad-UTF-8 reject."""
+    """(line number, text) of each non-empty line of a one-record-per-line file, or its reject: not UTF-8, or a CR
+    inside it (CR-only line ends would make the whole file one record)."""
     for number, text, raw in _decoded_lines(path):
         if text is None:
             yield bad_utf8(path, number, raw)
-        elif text.strip():
+        elif "\r" in text:
+            yield Reject(str(path), number, RECORD, "a CR (\\r) inside the line: CR-only line ends? save the file with LF or "
+                         "CRLF line ends", text[:200])
+        elif text:
             yield number, text
 
 
 def _delimited_rows(path: Path, delimiter: str, quoting: int, columns: ColumnMap) -> Iterator[_RawRow | Reject]:
     """Rows of a delimited file with a header, mapped through ``columns``; quoted fields may span lines. A record
-    whose quote is never closed (its lines hold an odd number of quotes) would swallow the lines after it: it is
-    rejected at its first line, and the lines it took are read again as records."""
+    the csv module cannot parse (strict: a quote never closed, or closed by a stray quote that a delimiter does not
+    follow, or a field past its limit) is rejected at its first line, and the lines it took after it are read again
+    as records, so that it swallows none. (A stray quote followed by a delimiter closes a valid field: no parser
+    tells it from a quoted sentence spanning lines.)"""
     good_lines: list[int] = []
     texts: list[str] = []
     again: deque[tuple[int, str]] = deque()  # lines an unclosed quote took, read again before the file's next
@@ -99,20 +105,19 @@ def _delimited_rows(path: Path, delimiter: str, quoting: int, columns: ColumnMap
             texts.append(text)
             yield text + "\n"  # the line end back: a quoted field spanning lines keeps its newline
 
-    def swallowed(start: int, fields: int | None) -> bool:
-        """Whether the record read from line index ``start`` took several lines with a quote left open, or closed by
-        a stray quote lines later (its ``fields`` then miscount); if so, its lines but the first are queued to be
-        read again, by a new reader (the old one may have met the file's end)."""
+    def read_again(start: int) -> bool:
+        """Queue the lines that the failed record read from line index ``start`` took after its first to be read
+        again, by a new reader (the old one may have met the file's end); whether it took any."""
         nonlocal reader
         taken = texts[start:]
-        if len(taken) < 2 or (sum(text.count('"') for text in taken) % 2 == 0 and fields in (None, len(header))):
+        if len(taken) < 2:
             return False
         again.extendleft(reversed(list(zip(good_lines[start + 1 :], taken[1:]))))
-        reader = csv.reader(text_lines(), delimiter=delimiter, quoting=quoting, strict=False)
+        reader = csv.reader(text_lines(), delimiter=delimiter, quoting=quoting, strict=True)
         return True
 
     pending_rejects: list[Reject] = []
-    reader = csv.reader(text_lines(), delimiter=delimiter, quoting=quoting, strict=False)
+    reader = csv.reader(text_lines(), delimiter=delimiter, quoting=quoting, strict=True)
     try:
         header = next(reader, None)
     except csv.Error as exc:  # e.g. CR-only line ends (old Mac exports) or UTF-16 text
@@ -135,23 +140,23 @@ def _delimited_rows(path: Path, delimiter: str, quoting: int, columns: ColumnMap
             cells = next(reader)
         except StopIteration:
             break
-        except csv.Error as exc:  # e.g. a field past the csv module's limit, where a quote was left open
+        except csv.Error as exc:  # a quote left open (a field past the csv module's limit, the file's end), or a stray one
             yield from pending_rejects
             pending_rejects.clear()
             line = good_lines[start] if start < len(good_lines) else good_lines[-1] if good_lines else 0
-            swallowed(start, None)
-            yield Reject(str(path), line, RECORD, f"unparseable: {exc}")
+            last = good_lines[-1] if good_lines else 0
+            text = texts[start][:200] if start < len(texts) else ""
+            if read_again(start):
+                yield Reject(str(path), line, RECORD, f"unparseable: {exc} (a quote opened here took lines {line}-{last} as one "
+                             "record; they are read again)", text)
+            else:
+                yield Reject(str(path), line, RECORD, f"unparseable: {exc}", text)
             continue
         yield from pending_rejects
         pending_rejects.clear()
         if not cells:
             continue  # a blank line is not a data row
         line = good_lines[start] if start < len(good_lines) else good_lines[-1]
-        if swallowed(start, len(cells)):
-            reason = f"a quote opened here is not closed where the field ends (it took lines {line}-{good_lines[-1]} as one record; " \
-                     "they are read again)"
-            yield Reject(str(path), line, RECORD, reason, texts[start][:200])
-            continue
         if len(cells) > len(header):  # e.g. an unquoted delimiter inside a sentence: its fields would shift
             yield Reject(str(path), line, RECORD, f"expected {len(header)} fields, got {len(cells)}", delimiter.join(cells)[:200])
             continue
@@ -235,6 +240,8 @@ def _parse_label(value: Any, task: TaskType, score_range: tuple[float, float]) -
         return mapping[text], ""
     if isinstance(value, bool):  # float(True) is 1.0: a yes/no column is not a similarity score
         return None, f"boolean score {value!r}: a regression label is a number"
+    if isinstance(value, str) and "_" in value:  # float("0_5") is 5.0: Python's digit separator, not a number in data
+        return None, f"non-numeric score {value!r}"[:200]
     try:
         score = float(value)
     except (TypeError, ValueError):

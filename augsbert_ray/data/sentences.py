@@ -45,7 +45,10 @@ def read_sentences(path: Path, what: str = "--sentences") -> list[str]:
             column = pq.read_table(path, columns=[SENTENCE]).column(SENTENCE)
         else:
             column = (_csv_sentences if fmt == "csv" else _jsonl_sentences)(path, what)
-        sentences = [s.strip() for s in column.to_pylist() if s]
+        try:
+            sentences = [s.strip() for s in column.to_pylist() if s]
+        except UnicodeDecodeError:  # arrow's JSON reader keeps bytes that are not UTF-8 until they are read as text
+            raise not_utf8(path, what) from None
     sentences = [s for s in sentences if not is_blank(s)]
     if len(set(sentences)) < 2:
         raise SpecError(f"{what} {path}: needs at least two distinct non-empty sentences")
@@ -55,13 +58,20 @@ def read_sentences(path: Path, what: str = "--sentences") -> list[str]:
 def _text_lines(path: Path, what: str) -> list[str]:
     """A .txt file's lines, stripped: split at line ends only (str.splitlines also splits at U+2028, U+0085 and form
     feeds inside a sentence), without a UTF-8 BOM (it would keep the first sentence from matching its gold pair)."""
-    sentences = []
-    for number, line in enumerate(path.read_bytes().removeprefix(b"\xef\xbb\xbf").split(b"\n"), start=1):
+    try:
+        return [line.strip() for line in path.read_bytes().removeprefix(b"\xef\xbb\xbf").decode("utf-8").split("\n")]
+    except UnicodeDecodeError:
+        raise not_utf8(path, what) from None
+
+
+def not_utf8(path: Path, what: str) -> SpecError:
+    """The error for a sentence file that is not UTF-8, naming its first such line."""
+    for number, line in enumerate(path.read_bytes().split(b"\n"), start=1):
         try:
-            sentences.append(line.decode("utf-8").strip())
+            line.decode("utf-8")
         except UnicodeDecodeError:
-            raise SpecError(f"{what} {path}:{number}: not UTF-8; save the file as UTF-8") from None
-    return sentences
+            return SpecError(f"{what} {path}:{number}: not UTF-8; save the file as UTF-8")
+    return SpecError(f"{what} {path}: not UTF-8; save the file as UTF-8")
 
 
 def _csv_sentences(path: Path, what: str) -> pa.ChunkedArray:
