@@ -120,6 +120,10 @@ def resolve_model(name: str) -> str:
     return name
 
 
+# The files transformers loads a model's weights from (whole, or an index of shards).
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
 def check_model(model: str) -> None:
     """A resolved model must load: a local directory whose config.json transformers reads, or a model id that
     loads (from the cache when offline). Checked before Ray starts, so a typo fails in a second, not in an actor.
@@ -146,6 +150,8 @@ def check_model(model: str) -> None:
     except (OSError, ValueError) as exc:
         what = "config.json is not a model config" if path.is_dir() else "no such directory, and not a loadable model id"
         raise SpecError(f"model {model}: {what} ({str(exc).splitlines()[0]})") from None
+    if path.is_dir() and not any((path / name).is_file() for name in WEIGHT_FILES):
+        raise SpecError(f"model {model}: no weights in the directory ({' or '.join(WEIGHT_FILES[:2])})")
 
 
 def model_outputs(model: str) -> int:

@@ -572,6 +572,9 @@ def check_arguments(args: argparse.Namespace) -> None:
     for item in args.set:
         if (key := item.split("=", 1)[0].strip()) in OWN_SETTINGS:
             raise SpecError(f"--set {item}: reproduce sets {key} in every run from {OWN_SETTINGS[key]}")
+    if args.collect and (ignored := [flag for flag, given in (("--set", args.set), ("--part", args.part), ("--cpus", args.cpus),
+                                                               ("--gpu", args.gpu), ("--data-dir", args.data_dir)) if given]):
+        raise SpecError(f"{', '.join(ignored)}: --collect runs nothing, and tabulates the finished runs whatever they were made with")
     for flag, runs in (("--beside", args.beside), ("--runs", args.runs if args.collect else None)):
         if runs is not None and not Path(runs).is_dir():
             raise SpecError(f"{flag} {runs}: no such directory of runs")

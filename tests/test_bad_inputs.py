@@ -254,10 +254,12 @@ def test_evaluate_refuses_a_dev_file_of_one_class(tiny_model: Path, tmp_path: Pa
         ({"config.json": "[1, 2]"}, "config.json is not a JSON object"),
         ({"config.json": '{"hidden_size": 32}'},
          "config.json is not a model config (Unrecognized model in {model}. Should have a `model_type` key in its config.json.)"),
-        ({"config.json": '{"model_type": "bert"}', "config_sentence_transformers.json": "{"},
+        ({"config.json": '{"model_type": "bert"}', "config_sentence_transformers.json": "{", "model.safetensors": ""},
          "config_sentence_transformers.json is not valid JSON (line 1: Expecting property name enclosed in double quotes)"),
+        # before: transformers' OSError traceback when the weights were loaded, exit 1
+        ({"config.json": '{"model_type": "bert"}'}, "no weights in the directory (model.safetensors or pytorch_model.bin)"),
     ],
-    ids=["no-config", "config-not-json", "config-not-object", "config-without-model-type", "st-config-not-json"],
+    ids=["no-config", "config-not-json", "config-not-object", "config-without-model-type", "st-config-not-json", "no-weights"],
 )
 def test_evaluate_refuses_an_invalid_model_dir(tmp_path: Path, capsys, files: dict[str, str], message: str) -> None:
     model = tmp_path / "model"

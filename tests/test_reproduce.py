@@ -282,6 +282,11 @@ def test_every_set_of_reproduce_counts() -> None:
     (["--results", "{tmp}"], "--results '{tmp}': a directory; give a file"),  # before: a traceback after every run
     (["--json", "{tmp}/no/r.json"], "--json {tmp}/no/r.json: its directory {tmp}/no does not exist"),
     (["--runs", "{tmp}/nothing"], "--runs {tmp}/nothing: no such directory of runs"),  # before: 'no finished seed', exit 0
+    # before: ignored, and the page's command line claimed them
+    (["--set", "teacher.kind=ensemble", "--gpu", "--data-dir", "{tmp}"],
+     "--set, --gpu, --data-dir: --collect runs nothing, and tabulates the finished runs whatever they were made with"),
+    (["--only", "stsb_1k", "--part", "kde", "--cpus", "1"],
+     "--part, --cpus: --collect runs nothing, and tabulates the finished runs whatever they were made with"),
 ])
 def test_reproduce_refuses_bad_options_before_any_run(tmp_path: Path, capsys: pytest.CaptureFixture, arguments: list[str], message: str) -> None:
     from augsbert_ray.cli import main
