@@ -85,6 +85,9 @@ def _tune(args: argparse.Namespace) -> int:
         overrides.append(f"cross_encoder.trained={args.cross_encoder}")
     spec, resume = job_spec(args, overrides)
     check_tunable(spec)  # before a run directory is made
+    if args.cross_encoder and spec.tuned_models() == ["sbert"]:
+        raise SpecError(f"--cross-encoder {args.cross_encoder}: the tuned models (tuning.models: [sbert]) need no teacher; it labels "
+                        "silver for tuned AugSBERT models (e.g. --set 'tuning.models=[augsbert_bm25]')")
     run_dir = run_in(args, spec, resume, run_tuning_job)
     print(f"run directory: {run_dir}")
     print((run_dir / "tuning.md").read_text(encoding="utf-8"))
@@ -163,11 +166,12 @@ def _label_files(args: argparse.Namespace) -> int:
     check_cpu_bf16(address, {"--precision bf16": spec.bf16_on_cpu})
     teacher_file = Path(args.model)
     teacher = Teacher.load(teacher_file) if teacher_file.is_file() else Teacher.cross_encoder(resolve_model(args.model))
+    if (args.input is None) == (args.sentences is None):
+        raise SpecError("give exactly one of --input (pairs) and --sentences (a sentence list to pair with --strategy)")
+    _label_mode_flags(args)
     text_columns = tuple(args.text_columns.split(","))
     if len(text_columns) != 2 or not all(text_columns):
         raise SpecError(f"--text-columns expects two names, e.g. sentence1,sentence2; got {args.text_columns!r}")
-    if (args.input is None) == (args.sentences is None):
-        raise SpecError("give exactly one of --input (pairs) and --sentences (a sentence list to pair with --strategy)")
     output = Path(args.output)
     if args.sentences:
         sentences = read_sentences(Path(args.sentences))
@@ -219,6 +223,25 @@ def _flag_errors(exc: ValidationError) -> SpecError:
         else:  # a check across fields names them in its message
             reasons.append(_with_flags(message))
     return SpecError("; ".join(reasons))
+
+
+# `augsbert label`'s flags for each way of giving pairs, with their defaults (None in argparse: given or not).
+SENTENCE_FLAGS = {"strategy": "random", "pairs": None, "top_k": 3, "seed": 42}
+INPUT_FLAGS = {"format": None, "text_columns": "sentence1,sentence2"}
+
+
+def _label_mode_flags(args: argparse.Namespace) -> None:
+    """Refuse a flag of the other way of giving pairs (--input, --sentences), or --pairs with bm25: each would do
+    nothing. Then the defaults of those not given."""
+    unused = INPUT_FLAGS if args.sentences else SENTENCE_FLAGS
+    given = ["--" + name.replace("_", "-") for name in unused if getattr(args, name) is not None]
+    if given:
+        raise SpecError(f"{', '.join(given)}: not used with {'--sentences' if args.sentences else '--input'}")
+    if args.strategy == "bm25" and args.pairs is not None:
+        raise SpecError("--pairs draws random pairs; --strategy bm25 pairs each sentence with its --top-k BM25 neighbours")
+    for name, default in {**SENTENCE_FLAGS, **INPUT_FLAGS}.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
 
 
 def _pair_sentences(sentences: list[str], args: argparse.Namespace):
@@ -498,16 +521,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     label.add_argument("--input", help="pairs: a file, a glob (quoted) or a directory, e.g. 'pairs/*.parquet'")
     label.add_argument("--sentences", help="instead of --input: a sentence list (.txt, one per line, or a file with a `sentence` column) to pair with --strategy")
-    label.add_argument("--strategy", choices=["random", "bm25"], default="random", help="how --sentences are paired (default: %(default)s)")
+    label.add_argument("--strategy", choices=["random", "bm25"], help="how --sentences are paired (default: random)")
     label.add_argument("--pairs", type=_at_least(1), help="random pairs to draw from --sentences (default: --top-k x sentences, "
-                       "at most every pair)")
-    label.add_argument("--top-k", type=_at_least(1), default=3, help="BM25 neighbours per sentence, or random pairs per sentence (default: %(default)s)")
-    label.add_argument("--seed", type=_at_least(0), default=42, help="seed for random pairing (default: %(default)s)")
+                       "at most every pair; not with --strategy bm25)")
+    label.add_argument("--top-k", type=_at_least(1), help="with --sentences: BM25 neighbours per sentence, or random pairs per sentence (default: 3)")
+    label.add_argument("--seed", type=_at_least(0), help="with --sentences: seed for random pairing (default: 42)")
     label.add_argument("--output", required=True, help="output directory for Parquet shards")
-    label.add_argument("--format", choices=["parquet", "csv", "jsonl"], help="input format (default: from the suffix)")
-    label.add_argument("--text-columns", default="sentence1,sentence2", help="the two text columns (default: %(default)s)")
+    label.add_argument("--format", choices=["parquet", "csv", "jsonl"], help="--input's format (default: from the suffix)")
+    label.add_argument("--text-columns", help="--input's two text columns (default: sentence1,sentence2)")
     label.add_argument("--batch-size", type=int, default=64, help="pairs per model call (default: %(default)s)")
-    label.add_argument("--actors", type=_parse_actors, default=(1, 1), metavar="MIN:MAX", help="actor pool size (default: 1:1)")
+    label.add_argument("--actors", type=_parse_actors, default=(1, 1), metavar="MIN:MAX", help="actor pool size, MIN:MAX or N (default: 1:1)")
     label.add_argument("--cpus-per-actor", type=float, default=1,
                        help="CPUs reserved per actor: its torch threads, and on a GPU its tokenizer threads (default: %(default)s)")
     label.add_argument("--gpus-per-actor", type=float, default=0, help="GPUs per actor (default: 0)")
@@ -541,7 +564,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the pair files' format (default: from the suffix); stsb, mrpc and bws read those datasets' own files")
     evaluate.add_argument("--task", choices=["regression", "classification"],
                           help="regression: Spearman x100 of scores and labels; classification: F1 x100 at the threshold best "
-                               "on dev, and AUC(0.05) (default: classification for mrpc, else regression)")
+                               "on dev, and AUC(0.05) (default: classification for --data mrpc or --format mrpc, else regression)")
     evaluate.add_argument("--score-range", nargs=2, type=float, metavar=("LOW", "HIGH"),
                           help="raw range of regression labels in --data/--dev, scaled to [0,1] (default: the "
                           "format's own, 0 5 for stsb, else 0 1); labels outside it are rejected")
@@ -551,8 +574,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--kind", choices=["auto", "bi_encoder", "cross_encoder", "teacher"], default="auto",
                           help="auto: teacher for a teacher file, cross_encoder for a CrossEncoder directory, else bi_encoder")
     evaluate.add_argument("--data-dir", help="directory holding the named datasets")
-    evaluate.add_argument("--seed", type=_at_least(0), default=42, help="seed for splits carved from train")
-    evaluate.add_argument("--threads", type=_at_least(1), default=2, help="torch threads")
+    evaluate.add_argument("--seed", type=_at_least(0), default=42, help="seed for splits carved from train (default: %(default)s)")
+    evaluate.add_argument("--threads", type=_at_least(1), default=2, help="torch threads (default: %(default)s)")
     evaluate.set_defaults(handler=_evaluate)
 
     models = commands.add_parser(

@@ -138,7 +138,7 @@ class DataSpec(_Strict):
     train: SourceSpec | None = None
     dev: SourceSpec | None = None
     test: SourceSpec | None = None
-    task: TaskType | None = Field(None, description="Default: the named dataset's task, else regression.")
+    task: TaskType | None = Field(None, description="Default: the named dataset's task (files of format mrpc: classification), else regression.")
     train_limit: int | None = Field(None, gt=0, description="Reproducible random subset of N gold train pairs.")
     eval_limit: int | None = Field(None, gt=0, description="Reproducible random subsets of N dev and N test pairs (quick runs).")
     dev_fraction: float = Field(0.1, gt=0, lt=1, description="Dev split carved from train when there is no dev file.")
@@ -174,7 +174,8 @@ class DataSpec(_Strict):
     def resolved_task(self) -> TaskType:
         if self.task is not None:
             return self.task
-        return "classification" if self.dataset == "mrpc" else "regression"
+        mrpc_files = any(source is not None and source.format == "mrpc" for source in (self.train, self.dev, self.test))
+        return "classification" if self.dataset == "mrpc" or mrpc_files else "regression"
 
 
 class EncoderSpec(_Strict):

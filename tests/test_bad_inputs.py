@@ -970,6 +970,24 @@ def test_label_refuses_more_pairs_than_its_sentences_make_before_ray(tiny_cross_
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(("mode", "flags", "message"), [
+    ("--sentences", ["--format", "csv", "--text-columns", "x,y"], "--format, --text-columns: not used with --sentences"),
+    ("--input", ["--strategy", "bm25", "--top-k", "5"], "--strategy, --top-k: not used with --input"),
+    ("--input", ["--pairs", "10", "--seed", "7"], "--pairs, --seed: not used with --input"),
+    ("--sentences", ["--strategy", "bm25", "--pairs", "10"],
+     "--pairs draws random pairs; --strategy bm25 pairs each sentence with its --top-k BM25 neighbours"),
+])
+def test_label_refuses_flags_of_the_other_way_of_giving_pairs(tiny_cross_encoder: Path, tmp_path: Path, capsys, mode: str,
+                                                             flags: list[str], message: str) -> None:
+    """Before: accepted and ignored (a --sentences file read as text lines whatever --format said)."""
+    given = tmp_path / ("three.txt" if mode == "--sentences" else "pairs.csv")
+    given.write_text("a cat sits\na dog runs\na bird sings\n" if mode == "--sentences" else "sentence1,sentence2\na,b\n")
+    code = main(["label", "--model", str(tiny_cross_encoder), mode, str(given), "--output", str(tmp_path / "out"), *flags])
+    assert code == 2
+    assert error_line(capsys.readouterr().err) == f"augsbert label: error: {message}"
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize(("model", "flags", "message"), [
     ("tiny_model", [], "{model}: not a cross-encoder: it has no classification head (architectures: BertModel), so every score "
                        "would come from a random one"),  # was: labeled with a random head, exit 0
@@ -1450,6 +1468,16 @@ def test_tune_without_a_tuning_section_makes_no_run_directory(tmp_path: Path, ca
     """Before: the refused command left a run directory with a run.log."""
     assert main(["tune", str(REPO / "jobs" / "stsb_indomain_bm25.yaml"), "--set", f"output_dir={tmp_path / 'runs'}"]) == 2
     assert error_line(capsys.readouterr().err) == "augsbert tune: error: augsbert tune needs a 'tuning' section in the job spec (e.g. tuning: {seeds: 5})"
+    assert not (tmp_path / "runs").exists()
+
+
+def test_tune_refuses_a_cross_encoder_no_tuned_model_uses(tiny_cross_encoder: Path, tmp_path: Path, capsys) -> None:
+    """Before: README's tune example (tuning.models: [sbert]) took --cross-encoder and never used it."""
+    assert main(["tune", str(REPO / "jobs" / "stsb_seed_opt.yaml"), "--cross-encoder", str(tiny_cross_encoder),
+                 "--set", f"output_dir={tmp_path / 'runs'}"]) == 2
+    assert error_line(capsys.readouterr().err) == (
+        f"augsbert tune: error: --cross-encoder {tiny_cross_encoder}: the tuned models (tuning.models: [sbert]) need no "
+        "teacher; it labels silver for tuned AugSBERT models (e.g. --set 'tuning.models=[augsbert_bm25]')")
     assert not (tmp_path / "runs").exists()
 
 

@@ -196,3 +196,14 @@ def test_a_trained_model_of_the_other_kind_is_refused(tiny_cross_encoder: Path, 
     check_run_models(load_spec(None, [f"cross_encoder.trained={tiny_cross_encoder}"]))
     with pytest.raises(SpecError, match=re.escape(f"cross_encoder.trained {tiny_two_label_cross_encoder}: a cross-encoder with 2 outputs")):
         check_run_models(load_spec(None, [f"cross_encoder.trained={tiny_two_label_cross_encoder}"]))
+
+
+def test_mrpc_files_default_to_classification(data_dir: Path) -> None:
+    """`augsbert evaluate --data FILE --format mrpc` (or a spec's files of format mrpc). Before: scored as regression,
+    though --task's help promised classification for mrpc."""
+    from augsbert_ray.config import DataSpec
+
+    test_file = {"path": str(data_dir / "mrpc" / "msr_paraphrase_test.txt"), "format": "mrpc"}
+    assert DataSpec(dataset=None, test=test_file, dev=test_file).resolved_task == "classification"
+    assert DataSpec(dataset=None, test={**test_file, "format": "tsv"}, dev=test_file, task="regression").resolved_task == "regression"
+    assert DataSpec(dataset="stsb").resolved_task == "regression"
