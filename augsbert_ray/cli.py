@@ -291,6 +291,8 @@ def _evaluation_data(args: argparse.Namespace) -> DataSpec:
             return SourceSpec(path=Path(path), format=args.format, score_range=args.score_range)
         except ValidationError as exc:
             reasons = "; ".join(error["msg"].removeprefix("Value error, ") for error in exc.errors())
+            # the spec's field names, worded as this command's flags
+            reasons = reasons.replace("set 'format'", "pass --format").replace("score_range must be", "--score-range must be")
             raise SpecError(f"{option} {path}: {reasons}") from None
 
     test = source("--data", args.data)

@@ -178,14 +178,17 @@ def test_evaluate_score_range_scales_regression_labels(tiny_model: Path, tmp_pat
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--score-range", "5", "0"], "--data {data}: score_range must be [low, high] with low < high, got [5.0, 0.0]"),
+        # worded as the flags (were the spec's fields: `score_range must be`, `set 'format'`)
+        (["--score-range", "5", "0"], "--data {data}: --score-range must be [low, high] with low < high, got [5.0, 0.0]"),
+        (["--dev", "{data}.txt"], "--dev {data}.txt: cannot infer the format of {data}.txt: pass --format"),
         (["--score-range", "0", "5", "--task", "classification"],
          "--score-range scales regression scores; --task classification takes 0/1 labels"),
     ],
 )
 def test_evaluate_refuses_a_bad_score_range(tiny_model: Path, tmp_path: Path, capsys, args: list[str], message: str) -> None:
     data = pair_file(tmp_path / "pairs.csv", scores(10))
-    code, _, err = evaluate(capsys, tiny_model, "--data", str(data), *args)
+    shutil.copy(data, f"{data}.txt")
+    code, _, err = evaluate(capsys, tiny_model, "--data", str(data), *(arg.format(data=data) for arg in args))
     assert code == 2
     assert err == f"augsbert evaluate: error: {message.format(data=data)}\n"
 
