@@ -71,6 +71,10 @@ def cleaning_lines(what: str, counts: dict[str, Any], on_overlap: str) -> list[s
         f"{counts[f'{what}_overlap_dropped']} dropped from train (on_overlap: {on_overlap})",
         *([f"- {what} test pairs also in dev (either order), kept: dev only picks seeds and checkpoints: "
            f"{counts[f'{what}_dev_test_overlap']}"] if f"{what}_dev_test_overlap" in counts else []),  # older metrics lack it
+        *([f"- {what} pairs of the dataset's own splits given as files instead: {replaced}"]
+          if (replaced := counts.get(f"{what}_replaced_by_files")) else []),
+        *([f"- {what} dev/test pairs left out by eval_limit: {per_split(dropped)}"]
+          if (dropped := counts.get(f"{what}_eval_limit_dropped")) else []),
     ]
 
 
@@ -104,7 +108,10 @@ def write_report(spec: JobSpec, metrics: dict[str, Any], path: Path) -> None:
         title = MODEL_TITLES.get(name, name)
         auc = metrics["details"].get(name, {}).get("test_auc05")
         auc_cell = (f"{100 * auc:.2f} | " if auc is not None else " | ") if classification else ""
-        lines.append(f"| {title} | {metrics['dev'][name]:.2f} | {metrics['test'][name]:.2f} | {auc_cell}{trained_on.get(name) or ''} |")
+        pairs = trained_on.get(name) or ""
+        if name == "cross_encoder" and pairs and spec.cross_encoder.both_orders and not spec.cross_encoder.trained:
+            pairs = f"{pairs} ({pairs // 2} pairs in both orders)"
+        lines.append(f"| {title} | {metrics['dev'][name]:.2f} | {metrics['test'][name]:.2f} | {auc_cell}{pairs} |")
     if gate := metrics.get("teacher"):
         lines += ["", gate_line(gate)]
     baseline = next((name for name in ("sbert", "sbert_source") if name in metrics["test"]), None)
@@ -132,7 +139,9 @@ def write_report(spec: JobSpec, metrics: dict[str, Any], path: Path) -> None:
         lines.append(f"- target train pairs {given['pairs_in']} = candidates {given['candidates']} + self-pairs "
                      f"{given['self_pairs']} + repeats {given['duplicates']} + also in dev/test {given['held_out']}")
     for strategy, candidates in counts.get("candidates", {}).items():
-        lines.append(f"- {strategy}: {candidates} candidates, {counts['labeled'][strategy]} labeled, {counts['kept'][strategy]} kept")
+        rejected = candidates - counts["labeled"][strategy]
+        lines.append(f"- {strategy}: {candidates} candidates = {counts['labeled'][strategy]} labeled + {rejected} rejected by "
+                     f"labeling; {counts['kept'][strategy]} kept")
     if metrics.get("sampling"):
         lines += ["", "## Silver score distribution", "", "| strategy | candidates | kept | KL(gold, silver) | share > 0.6 |", "|---|---:|---:|---:|---:|"]
         for strategy, d in metrics["sampling"].items():

@@ -483,11 +483,14 @@ class Silver:
     given_pairs: dict[str, int] | None = None
 
     def counts(self) -> dict[str, Any]:
-        """metrics.json ``counts`` entries: sentences, candidates, labeled and kept per strategy, given_pairs."""
+        """metrics.json ``counts`` entries: sentences, candidates = labeled + label_rejected, and kept per strategy,
+        given_pairs."""
         return {
             **({"sentences": self.sentences} if self.sentences is not None else {}),
             "candidates": {s: silver.candidates for s, silver in self.sets.items()},
             "labeled": {s: silver.labeled for s, silver in self.sets.items()},
+            # the labeling engine's pairs_in = labeled + rejected, pairs_in being the candidates (its _rejects.jsonl says why)
+            "label_rejected": {s: silver.candidates - silver.labeled for s, silver in self.sets.items()},
             "kept": {s: silver.kept for s, silver in self.sets.items()},
             **({"given_pairs": self.given_pairs} if self.given_pairs is not None else {}),
         }

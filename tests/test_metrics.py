@@ -95,3 +95,26 @@ def test_a_silver_set_that_kept_nothing_reads_n_a_in_the_report(tmp_path) -> Non
     metrics["sampling"]["bm25"].update(kept=0, kl_gold_silver=None, high_similarity_share=None)
     write_report(load_spec(None, ["data.dataset=mrpc"]), metrics, tmp_path / "report.md")
     assert f"| bm25 | {metrics['sampling']['bm25']['candidates']} | 0 | n/a | n/a |" in (tmp_path / "report.md").read_text().splitlines()
+
+
+def test_report_counts_add_up(tmp_path) -> None:
+    """Before: the cross-encoder's column counted both orders of each pair as pairs (twice SBERT's), and a strategy's
+    line left its labeling rejects implicit; eval_limit and a split given as a file of its own dropped gold pairs
+    with no count."""
+    import json
+    from pathlib import Path
+
+    from augsbert_ray.config import load_spec
+    from augsbert_ray.report import write_report
+
+    run = Path(__file__).parents[1] / "bench/results/reproduce_best_teacher_runs/mrpc-full-seed42_lexical-20261127-162950"
+    metrics = json.loads((run / "metrics.json").read_text())
+    metrics["counts"]["labeled"]["bm25"] -= 3
+    metrics["counts"].update(gold_replaced_by_files=850, gold_eval_limit_dropped={"dev": 208, "test": 1525})
+    write_report(load_spec(None, ["data.dataset=mrpc"]), metrics, tmp_path / "report.md")
+    text = (tmp_path / "report.md").read_text()
+    candidates, labeled, kept = (metrics["counts"][key]["bm25"] for key in ("candidates", "labeled", "kept"))
+    assert f"- bm25: {candidates} candidates = {labeled} labeled + 3 rejected by labeling; {kept} kept" in text
+    assert "| 7336 (3668 pairs in both orders) |" in text
+    assert "- gold pairs of the dataset's own splits given as files instead: 850" in text
+    assert "- gold dev/test pairs left out by eval_limit: dev 208, test 1525" in text

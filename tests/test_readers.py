@@ -242,6 +242,23 @@ def test_a_score_with_an_underscore_is_not_a_number(tmp_path: Path) -> None:
     assert result.table.column("label").to_pylist() == [0.5] and reasons(result) == [(2, "label", "non-numeric")]
 
 
+def test_every_accepted_gold_pair_is_in_a_split_or_a_count(data_dir: Path, tmp_path: Path) -> None:
+    """accepted = train before train_limit + dev + test + repeats removed + overlap dropped + left out by eval_limit +
+    the dataset's own pairs of splits given as files. Before: eval_limit's and the replaced BWS test pairs (850 of
+    them) were in none."""
+    def unaccounted(gold) -> int:
+        kept = gold.train_before_limit + gold.dev.num_rows + gold.test.num_rows
+        removed = sum(gold.duplicates.values()) + gold.overlap_dropped + sum(gold.eval_limit_dropped.values()) + gold.replaced_by_files
+        return gold.rows_read - len(gold.rejects) - kept - removed
+
+    stsb = load_gold(DataSpec(dataset="stsb", eval_limit=200, train_limit=100), seed=42, data_dir=data_dir)
+    assert stsb.eval_limit_dropped == {"dev": 1297, "test": 1177} and unaccounted(stsb) == 0
+    test_file = tmp_path / "test.csv"
+    test_file.write_text("sentence1,sentence2,label\n" + "".join(f"a{i},b{i},0.5\n" for i in range(20)))
+    bws = load_gold(DataSpec(dataset="bws", test={"path": str(test_file)}), seed=42, data_dir=data_dir)
+    assert bws.test.num_rows == 20 and bws.replaced_by_files == 850 and unaccounted(bws) == 0
+
+
 def test_a_transfer_source_keeps_none_of_the_targets_dev_and_test_pairs(data_dir: Path) -> None:
     """STSb's MSRpar part comes from MRPC: its train holds 498 of MRPC's 1,725 test pairs and 61 of the 408 dev
     pairs carved at seed 42. Before, transfer STSb -> MRPC fitted the teacher and SBERT-source on them, labels and all."""
@@ -266,6 +283,7 @@ def test_load_gold_splits_and_limit(data_dir: Path) -> None:
         "gold_duplicates": {"train": 57, "dev": 3, "test": 2}, "gold_duplicates_kept": False,
         "gold_label_conflicts": {"train": 14, "dev": 0, "test": 1},
         "gold_overlap": {"dev": 7, "test": 12}, "gold_overlap_dropped": 18, "gold_dev_test_overlap": 3,
+        "gold_replaced_by_files": 0, "gold_eval_limit_dropped": {},
     }
     kept = load_gold(DataSpec(on_overlap="keep"), seed=1, data_dir=data_dir)
     assert kept.train_before_limit == 5749 - 57 and kept.overlap == {"dev": 7, "test": 12} and kept.overlap_dropped == 0

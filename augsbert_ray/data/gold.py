@@ -32,6 +32,8 @@ class GoldData:
     overlap: dict[str, int] = field(default_factory=dict)  # dev/test -> its pairs also in train
     overlap_dropped: int = 0  # train pairs removed because dev or test has them
     dev_test_overlap: int = 0  # test pairs also in dev (counted only)
+    replaced_by_files: int = 0  # a one-file dataset's (BWS's) pairs of the splits given as files of their own
+    eval_limit_dropped: dict[str, int] = field(default_factory=dict)  # dev/test -> pairs left out by eval_limit
 
     def split(self, name: str) -> pa.Table:
         return {"train": self.train, "dev": self.dev, "test": self.test}[name]
@@ -45,6 +47,8 @@ class GoldData:
             f"{prefix}overlap": self.overlap,
             f"{prefix}overlap_dropped": self.overlap_dropped,
             f"{prefix}dev_test_overlap": self.dev_test_overlap,
+            f"{prefix}replaced_by_files": self.replaced_by_files,
+            f"{prefix}eval_limit_dropped": self.eval_limit_dropped,
         }
 
 
@@ -99,9 +103,11 @@ def load_gold(
             result = read_pairs(source, task)
             reads.append((source, result))
         tables[split], split_reads[split] = result.table, result
+    replaced = 0
     if "all" in tables:  # BWS ships one file: split by topic or at random; a split given as a file stays that file
         whole = tables.pop("all")
         named = bws_cross_topic(whole) if spec.bws_split == "cross-topic" else bws_in_topic(whole, seed)
+        replaced = sum(table.num_rows for split, table in named.items() if split in tables)
         tables.update({split: table for split, table in named.items() if split not in tables})
     if "train" not in tables:  # a transfer target known only by its sentences (the spec then requires dev)
         tables["train"] = tables["test"].slice(0, 0)
@@ -115,9 +121,12 @@ def load_gold(
     if "dev" not in tables:
         tables["train"], tables["dev"] = carve(tables["train"], spec.dev_fraction, seed)
 
+    eval_limit_dropped = {}
     if spec.eval_limit is not None:
         for split in ("dev", "test"):
+            before = tables[split].num_rows
             tables[split] = random_subset(tables[split], spec.eval_limit, seed)
+            eval_limit_dropped[split] = before - tables[split].num_rows
     # after eval_limit, so that only the dev/test pairs scored are taken out of train; before train_limit, so
     # that it keeps N pairs of what train may use
     tables["train"], overlap, dropped = split_overlap(tables["train"], {**{s: tables[s] for s in ("dev", "test")}, **(held_out or {})},
@@ -140,4 +149,6 @@ def load_gold(
         overlap=overlap,
         overlap_dropped=dropped,
         dev_test_overlap=shared_pairs(tables["test"], tables["dev"]),
+        replaced_by_files=replaced,
+        eval_limit_dropped=eval_limit_dropped,
     )
