@@ -146,11 +146,8 @@ def _delimited_rows(path: Path, delimiter: str, quoting: int, columns: ColumnMap
             line = good_lines[start] if start < len(good_lines) else good_lines[-1] if good_lines else 0
             last = good_lines[-1] if good_lines else 0
             text = texts[start][:200] if start < len(texts) else ""
-            if read_again(start):
-                yield Reject(str(path), line, RECORD, f"unparseable: {exc} (a quote opened here took lines {line}-{last} as one "
-                             "record; they are read again)", text)
-            else:
-                yield Reject(str(path), line, RECORD, f"unparseable: {exc}", text)
+            took = f" (a quote opened here took lines {line}-{last} as one record; they are read again)" if read_again(start) else ""
+            yield Reject(str(path), line, RECORD, f"unparseable: {exc}{took}", text)
             continue
         yield from pending_rejects
         pending_rejects.clear()
