@@ -81,15 +81,22 @@ for item in "${QUEUE[@]}"; do
                 read -ra settings <<< "$(teacher_settings "$task" "$models")"
             done
         fi
+        part_settings=("${settings[@]}")
+        if [ "$part" = kde ]; then  # the bi-encoder scored beside a teacher is a shared row: the lexical part's
+            part_settings=()
+            for setting in "${settings[@]}"; do
+                [ "$setting" = evaluation.teacher_bi_encoder=true ] || part_settings+=("$setting")
+            done
+        fi
         pattern="$experiment-full-seed${seed}$suffix-*"
         if compgen -G "$COMMITTED/$pattern/metrics.json" > /dev/null; then
             echo "$experiment seed $seed $part: committed in $COMMITTED, skipped"
             continue
         fi
-        echo "$(date '+%F %T') $experiment seed $seed $part: ${settings[*]}"
+        echo "$(date '+%F %T') $experiment seed $seed $part: ${part_settings[*]}"
         # per-part tables go to /tmp: the results page is made from the committed runs only
         "$PYTHON" -m augsbert_ray.cli reproduce --only "$experiment" --seeds "$seed" "${part_args[@]}" --runs "$RUNS" \
-            --set "${settings[@]}" "${COMMON[@]}" "${more[@]}" \
+            --set "${part_settings[@]}" "${COMMON[@]}" "${more[@]}" \
             --results "/tmp/reproduce_best_teacher_part.$$.md" --json "/tmp/reproduce_best_teacher_part.$$.json"
         for run in $RUNS/$pattern; do
             [ -f "$run/metrics.json" ] || continue
