@@ -104,7 +104,7 @@ def test_a_diverged_trial_scores_nan_in_classification_too(tiny_model: Path) -> 
         for parameter in model.parameters():
             parameter.fill_(float("nan"))
     for task in ("classification", "regression"):
-        assert np.isnan(dev_score(model, dev, task)) and score_key(dev_score(model, dev, task)) == -np.inf
+        assert np.isnan(dev_score(model, dev, task)) and score_key(dev_score(model, dev, task)) < score_key(-100.0)
 
 
 @pytest.fixture(scope="module")
@@ -227,14 +227,14 @@ def test_asha_culls_once_at_the_rung_and_keeps_keep() -> None:
         scheduler = asha_scheduler(*asha_schedule(100, len(scores), keep, 0.2))
         if scheduler is None:
             return sorted(scores)
-        scheduler.set_search_properties("dev_score", "max")
+        scheduler.set_search_properties("rank_score", "max")  # as run_phase sets it
         trials = {name: SimpleNamespace(trial_id=name) for name in scores}
         for trial in trials.values():
             scheduler.on_trial_add(None, trial)
         going = set(scores)
         for step in eval_steps(100, 20, 0.1):  # every 10 steps, as tuning.eval_every 0.1 reports
             for name in sorted(going):
-                if scheduler.on_trial_result(None, trials[name], {"step": step, "dev_score": scores[name](step)}) == "STOP":
+                if scheduler.on_trial_result(None, trials[name], {"step": step, "rank_score": score_key(scores[name](step))}) == "STOP":
                     going.discard(name)
         return sorted(going)
 
@@ -243,6 +243,10 @@ def test_asha_culls_once_at_the_rung_and_keeps_keep() -> None:
     assert finishers(2, scores) == ["s42", "s43"]  # the best two at the rung; s44 is below their 33% quantile
     assert finishers(1, scores) == ["s42", "s43"]  # s42 went first and passed (ASHA lets the first through); s44 stopped
     assert finishers(3, scores) == ["s42", "s43", "s44"]  # keep = trials: no scheduler, nothing culled
+    # Before: a diverged fit's NaN passed the rung (NaN < cutoff is false) and was left out of later cutoffs
+    diverged = {**scores, "s43": lambda step: float("nan")}
+    assert finishers(2, diverged) == ["s42", "s44"]
+    assert finishers(2, {**scores, "s42": lambda step: float("nan")}) == ["s42", "s43", "s44"]  # the first passes
 
 
 @pytest.mark.slow

@@ -217,7 +217,7 @@ def run_phase(setup: SearchSetup, configs: list[dict[str, Any]], phase: str, sch
         param_space={"run": tune.grid_search(configs)},
         tune_config=tune.TuneConfig(
             scheduler=scheduler,
-            metric="dev_score" if scheduler is not None else None,
+            metric="rank_score" if scheduler is not None else None,
             mode="max" if scheduler is not None else None,
             max_concurrent_trials=concurrent_trials(setup.tuning, live_node_resources()),
             trial_name_creator=lambda t: t.config["run"]["name"],

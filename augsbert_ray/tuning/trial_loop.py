@@ -118,8 +118,14 @@ class CullBoard:
         self._check()
 
 
+# Below any dev metric (Spearman or F1, x100), and finite: ASHA's cutoff interpolates between the scores recorded at
+# its rung, where -inf makes it NaN, which stops no trial.
+DIVERGED_SCORE = -101.0
+
+
 def score_key(score: float | None) -> float:
-    return -math.inf if score is None or math.isnan(score) else score
+    """A dev score to rank trials by: a diverged fit's NaN, or no score, ranks below every score."""
+    return DIVERGED_SCORE if score is None or math.isnan(score) else score
 
 
 def make_reporter(model: Any, dev: Any, config: dict[str, Any]) -> Any:
@@ -138,10 +144,12 @@ def make_reporter(model: Any, dev: Any, config: dict[str, Any]) -> Any:
 
         def metrics(self, state: Any) -> dict[str, Any]:
             scoring_from = time.time()
+            score = dev_score(model, dev, task)
             return {
                 "step": state.global_step,
                 "fraction": state.global_step / state.max_steps,
-                "dev_score": dev_score(model, dev, task),
+                "dev_score": score,
+                "rank_score": score_key(score),  # what ASHA compares: a NaN there passes its rung
                 "steps_run": state.global_step - self.start_step,  # optimizer steps this fit ran
                 # wall clock (epoch seconds) in the trial, for where its time goes
                 "clock_loop_start": config["loop_start"],
