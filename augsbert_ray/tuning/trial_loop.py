@@ -149,7 +149,7 @@ def make_reporter(model: Any, dev: Any, config: dict[str, Any]) -> Any:
                 "step": state.global_step,
                 "fraction": state.global_step / state.max_steps,
                 "dev_score": score,
-                "rank_score": score_key(score),  # what ASHA compares: a NaN there passes its rung
+                "rank_score": score_key(score),  # ASHA's metric: a raw NaN would pass its rung
                 "steps_run": state.global_step - self.start_step,  # optimizer steps this fit ran
                 # wall clock (epoch seconds) in the trial, for where its time goes
                 "clock_loop_start": config["loop_start"],
