@@ -247,6 +247,8 @@ def test_asha_culls_once_at_the_rung_and_keeps_keep() -> None:
     diverged = {**scores, "s43": lambda step: float("nan")}
     assert finishers(2, diverged) == ["s42", "s44"]
     assert finishers(2, {**scores, "s42": lambda step: float("nan")}) == ["s42", "s43", "s44"]  # the first passes
+    # a finite floor: with -inf there, the cutoff interpolated after s43 was -inf and s44 (0.0) passed
+    assert finishers(1, {"s42": lambda step: 60.0, "s43": lambda step: float("nan"), "s44": lambda step: 0.0}) == ["s42"]
 
 
 @pytest.mark.slow
