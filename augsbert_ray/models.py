@@ -91,6 +91,8 @@ PACKAGED_MODELS: dict[str, PackagedModel] = {
         sha256="78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658",
     ),
 }
+# The names resolve_model knows besides paths and Hugging Face ids: the packaged all-MiniLM-L6-v2, then PACKAGED_MODELS.
+MODEL_ALIASES: tuple[str, ...] = (DEFAULT_MODEL, *PACKAGED_MODELS)
 
 
 def resolve_model(name: str) -> str:

@@ -18,13 +18,14 @@ import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
-from augsbert_ray.auth import check_token_file, read_token
 from augsbert_ray.config import SpecError, load_spec
 from augsbert_ray.data.paths import DATA_DIR_ENV, DataNotFoundError, resolve_data_dir
+from augsbert_ray.runtime import check_token_file, read_token
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 # Never shipped to the cluster: environments, outputs, VCS data, caches.
@@ -248,10 +249,19 @@ def submit(
     return jobs, submitted
 
 
-def status(jobs, submission_id: str) -> tuple[str, str, int | None]:
+class JobStatus(NamedTuple):
+    """A submitted job's state (PENDING, RUNNING, SUCCEEDED, FAILED or STOPPED), Ray's message about it, and its
+    driver's exit status (None while it runs)."""
+
+    state: str
+    message: str
+    exit_code: int | None
+
+
+def status(jobs, submission_id: str) -> JobStatus:
     """The job's state, Ray's message about it, and its driver's exit status (None while it runs)."""
     info = jobs.get_job_info(submission_id)
-    return str(info.status.value if hasattr(info.status, "value") else info.status), info.message or "", info.driver_exit_code
+    return JobStatus(str(info.status.value if hasattr(info.status, "value") else info.status), info.message or "", info.driver_exit_code)
 
 
 def follow_logs(jobs, submission_id: str, address: str | None) -> None:
@@ -287,3 +297,96 @@ def get(address: str | None, submission_id: str, insecure: bool = False):
     except TypeError:  # an id such as "." that requests resolves to the list of all jobs
         raise SpecError(f"no job {submission_id!r} at {dashboard_address(address)}") from None
     return jobs
+
+
+@dataclass(frozen=True)
+class SubmittedJob:
+    """A job that ``submit_job`` submitted: its id, and the Jobs API client that follows it."""
+
+    submission_id: str
+    address: str | None
+    client: Any
+
+    def wait(self) -> JobStatus:
+        """Stream the job's logs to stdout until it ends; its final status."""
+        follow_logs(self.client, self.submission_id, self.address)
+        return status(self.client, self.submission_id)
+
+
+def submit_job(
+    job: str | Path, address: str | None = None, overrides: list[str] | None = None, *, working_dir: str | Path | None = None,
+    data_dir: str | Path | None = None, pip: list[str] | None = None, submission_id: str | None = None, insecure: bool = False,
+) -> SubmittedJob:
+    """Check a job spec here, then submit it to a Ray cluster as a Ray job that runs `augsbert run JOB` there, with
+    ``working_dir`` shipped as its runtime env: what `augsbert submit` does.
+
+    Args:
+        job: The job spec YAML, inside ``working_dir``.
+        address: The Ray dashboard's URL; default: $RAY_API_SERVER_ADDRESS, else an http(s) $RAY_ADDRESS, else
+            http://127.0.0.1:8265.
+        overrides: ``KEY=VALUE`` spec overrides; the spec's output_dir must be absolute, on storage every node shares.
+        working_dir: The directory shipped to the cluster (less .venv, runs, .git and caches); default: the current one.
+        data_dir: The named datasets' directory on the cluster's nodes (an absolute path, as given); default: the one
+            found here.
+        pip: pip requirements installed into the job's runtime env.
+        submission_id: The id to submit under; default: one Ray generates.
+        insecure: Send the auth token over plain http:// to a host other than this one.
+
+    Returns:
+        The SubmittedJob: its ``submission_id``; ``wait()`` streams its logs and returns its JobStatus.
+
+    Example:
+        ::
+
+            submitted = submit_job("jobs/stsb_indomain_bm25.yaml", "http://127.0.0.1:8265", ["output_dir=/shared/runs"])
+            submitted.wait().state  # 'SUCCEEDED'
+    """
+    jobs, submitted = submit(
+        str(job), address, list(overrides or []), working_dir=None if working_dir is None else str(working_dir),
+        data_dir=None if data_dir is None else str(data_dir), pip=pip, submission_id=submission_id, insecure=insecure,
+    )
+    return SubmittedJob(submitted, address, jobs)
+
+
+def job_status(address: str | None, submission_id: str, insecure: bool = False) -> JobStatus:
+    """A submitted job's status, from the Ray dashboard at ``address``: what `augsbert status` prints.
+
+    Args:
+        address: The Ray dashboard's URL (default as for ``submit_job``).
+        submission_id: The id ``submit_job`` returned.
+        insecure: Send the auth token over plain http:// to a host other than this one.
+
+    Returns:
+        The JobStatus: ``state`` (PENDING, RUNNING, SUCCEEDED, FAILED or STOPPED), ``message`` and ``exit_code``.
+
+    Example:
+        ::
+
+            job_status("http://127.0.0.1:8265", "raysubmit_abc").state  # 'RUNNING'
+    """
+    return status(get(address, submission_id, insecure), submission_id)
+
+
+def job_logs(address: str | None, submission_id: str, insecure: bool = False, follow: bool = False) -> None:
+    """Write a submitted job's driver logs to stdout, from the Ray dashboard at ``address``: what `augsbert logs`
+    does.
+
+    Args:
+        address: The Ray dashboard's URL (default as for ``submit_job``).
+        submission_id: The id ``submit_job`` returned.
+        insecure: Send the auth token over plain http:// to a host other than this one.
+        follow: Stream the logs until the job ends, instead of writing those so far.
+
+    Returns:
+        None.
+
+    Example:
+        ::
+
+            job_logs("http://127.0.0.1:8265", "raysubmit_abc", follow=True)
+    """
+    jobs = get(address, submission_id, insecure)
+    if follow:
+        follow_logs(jobs, submission_id, address)
+    else:
+        sys.stdout.write(jobs.get_job_logs(submission_id))

@@ -27,15 +27,15 @@ import pytest
 import yaml
 from ray.train import WorkerGroupError
 
-from augsbert_ray.auth import InsecureTokenError, check_token_file
 from augsbert_ray.cli import main, ray_failure
 from augsbert_ray.config import SpecError, load_spec
 from augsbert_ray.evaluation import UnusableScores
 from augsbert_ray.data import check_gold_usable, load_gold, read_sentences
-from augsbert_ray.pipeline import run_metrics
-from augsbert_ray.stages import RunContext, Silver, read_gold
+from augsbert_ray.pipeline.context import RunContext
+from augsbert_ray.pipeline.gold import read_gold
+from augsbert_ray.pipeline.result import RunResult
 from augsbert_ray.report import write_report
-from augsbert_ray.runtime import check_gcs, connect_timeout
+from augsbert_ray.runtime import InsecureTokenError, check_gcs, check_token_file, connect_timeout
 
 REPO = Path(__file__).resolve().parents[1]
 START, STOP = REPO / "cluster" / "local" / "start.sh", REPO / "cluster" / "local" / "stop.sh"
@@ -528,7 +528,7 @@ def test_repeated_and_overlapping_pairs_are_counted_removed_and_reported(tmp_pat
     spec = load_spec(job_file(tmp_path, repeating_gold(tmp_path)), ["bi_encoder.batch_size=8", "cross_encoder.batch_size=8"])
     (tmp_path / "run").mkdir()
     ctx = RunContext.open(spec, tmp_path / "run")
-    read = read_gold(ctx, None)
+    read = read_gold(ctx)
     gold, counts = read.splits, read.counts
     assert counts["gold_duplicates"] == {"train": 5, "dev": 1, "test": 0}
     assert counts["gold_label_conflicts"] == {"train": 2, "dev": 0, "test": 0}
@@ -543,7 +543,7 @@ def test_repeated_and_overlapping_pairs_are_counted_removed_and_reported(tmp_pat
     assert (labels["t2 one"], labels["t4 one"]) == (0.05, 0.1)  # the first row of a repeated pair, not its later label
     assert not {"t4 two", "t5 one", "t6 one", "t7 one"} & labels.keys()  # a swapped repeat; pairs dev or test has
     assert pq.read_table(tmp_path / "run" / "gold" / "train.parquet").num_rows == 27
-    write_report(spec, run_metrics(ctx, counts, [], Silver({}), {}, {}, {}, {}), tmp_path / "run" / "report.md")
+    write_report(spec, RunResult(ctx.layout.root, spec.task, {}, counts=counts).metrics(), tmp_path / "run" / "report.md")
     report = (tmp_path / "run" / "report.md").read_text()
     assert ("- gold rows read 77 = accepted 77 + rejected 0 (rejects in rejects.jsonl)\n"
             "- gold pairs repeated within a split (either order), removed with the first kept: train 5, dev 1, test 0; "
@@ -1302,7 +1302,7 @@ def test_a_failed_labeling_actor_is_one_line(ray_session, tiny_cross_encoder: Pa
     hint = "" if verbose else " (rerun with -v for Ray's traceback)"
     assert re.fullmatch(rf"augsbert label: error: \S*SafetensorError: .+{re.escape(hint)}", error_line(err)), error_line(err)
     assert err.endswith(error_line(err) + "\n")
-    assert ('augsbert_ray/cli.py", line' in err) == verbose  # the driver's own traceback, from main down
+    assert ('augsbert_ray/cli/__init__.py", line' in err) == verbose  # the driver's own traceback, from main down
 
 
 def test_a_labeler_that_fails_without_ray_is_one_line(tiny_cross_encoder: Path, tmp_path: Path) -> None:
@@ -1414,7 +1414,7 @@ def test_bf16_on_a_nodes_cpu_without_it_warns_there(monkeypatch: pytest.MonkeyPa
     """The driver judges only its own CPU: on a cluster, a labeling actor (and a fit, ray_fit.train_and_report) that
     runs bf16 on a CPU without bf16 instructions logs one warning naming its node; fp32 logs none."""
     from augsbert_ray import runtime
-    from augsbert_ray.labeling.backend import EmbeddingModel
+    from augsbert_ray.scoring.backend import EmbeddingModel
 
     monkeypatch.setattr(runtime, "cpu_has_bf16", lambda: False)
     monkeypatch.setattr(runtime.log, "propagate", True)  # as in the driver (a worker's logger has its own handler)

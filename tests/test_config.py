@@ -166,7 +166,7 @@ def test_settings_a_run_cannot_use_are_refused_when_the_spec_is_read(overrides: 
 
 def test_job_requests_name_the_settings_that_do_not_fit() -> None:
     """Ray waits forever for a request no node can meet (a fit's workers, an evaluation task): refused up front."""
-    from augsbert_ray.pipeline import job_requests
+    from augsbert_ray.pipeline.start import job_requests
     from augsbert_ray.runtime import check_requests
 
     two_cpus = {"CPU": 2.0}
@@ -186,7 +186,7 @@ def test_a_trained_model_of_the_other_kind_is_refused(tiny_cross_encoder: Path, 
     """Loaded as the other kind, a model gets a fresh, random part: random silver labels, or a random teacher. A
     cross-encoder of two outputs would score by its first (before: the gate and labeling took it, exit 0)."""
     from augsbert_ray.models import resolve_model
-    from augsbert_ray.pipeline import check_run_models
+    from augsbert_ray.pipeline.start import check_run_models
 
     minilm = resolve_model("minilm")
     with pytest.raises(SpecError, match=re.escape(f"cross_encoder.trained {minilm}: a bi-encoder, not a cross-encoder")):

@@ -18,7 +18,7 @@ import pytest
 from augsbert_ray.config import BiEncoderSpec, DataSpec, TrainingSpec
 from augsbert_ray.data import load_gold
 from augsbert_ray.layout import RunLayout
-from augsbert_ray.stages import remove_unfinished_fit
+from augsbert_ray.pipeline.context import remove_unfinished_fit
 from augsbert_ray.training import fit_bi_encoder
 
 

@@ -256,7 +256,7 @@ def test_actors_cast_their_weights_and_gpu_actors_tokenize_on_their_cpus(monkeyp
     actor's CPUs, a CPU actor's one thread (the bench's GPU run measures the GPU side)."""
     import torch
 
-    from augsbert_ray.labeling.backend import EmbeddingModel, weights_dtype, use_tokenizer_threads
+    from augsbert_ray.scoring.backend import EmbeddingModel, weights_dtype, use_tokenizer_threads
 
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
@@ -277,7 +277,7 @@ def test_a_labeler_runs_on_the_gpu_it_reserved_and_only_there(monkeypatch) -> No
     at `--precision int8` (ONNX Runtime, CPU only) it labeled fp32 on the GPU under an int8 manifest."""
     import torch
 
-    from augsbert_ray.labeling.backend import actor_device
+    from augsbert_ray.scoring.backend import actor_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
@@ -293,20 +293,21 @@ def test_a_labeler_runs_on_the_gpu_it_reserved_and_only_there(monkeypatch) -> No
 def test_batch_widths_rounded_up_leave_the_scores_unchanged(minilm_with_trained_head: Path, data_dir: Path) -> None:
     """GPU actors at bf16/fp16 pad each batch to a multiple of 8 tokens (fewer shapes to meet): the mask keeps
     the extra padding out of every score."""
-    from augsbert_ray.labeling.backend import PairModel
-    from augsbert_ray.labeling.scorer import COUNT_KEYS, PairScorer
+    from augsbert_ray.labeling.scorer import COUNT_KEYS
+    from augsbert_ray.scoring import CrossEncoderScorer
+    from augsbert_ray.scoring.backend import PairModel
 
     pairs = stsb_pairs(data_dir, 100)
     first, second = [a for a, _ in pairs], [b for _, b in pairs]
     model = PairModel(str(minilm_with_trained_head), "fp32", 1, None, None, runtime="torch")
     assert model.width_multiple == 1  # CPU
     stats = {multiple: dict.fromkeys(COUNT_KEYS, 0) for multiple in (1, 8)}
-    exact = PairScorer(model, 16).score(first, second, stats[1])
+    exact = CrossEncoderScorer(model, 16).score(first, second, stats[1])
     model.width_multiple = 8
-    rounded = PairScorer(model, 16).score(first, second, stats[8])
+    rounded = CrossEncoderScorer(model, 16).score(first, second, stats[8])
     assert np.std(exact) > 0.05 and np.max(np.abs(rounded - exact)) < 1e-5
     assert stats[8]["tokens"] == stats[1]["tokens"] and stats[8]["padded_tokens"] > stats[1]["padded_tokens"]
-    assert PairScorer(model, 16).batch_width(np.array([9, 17])) == 24
+    assert CrossEncoderScorer(model, 16).batch_width(np.array([9, 17])) == 24
 
 
 def test_sentence_list_is_paired_by_a_sampling_strategy(ray_session, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path, capsys) -> None:
@@ -410,7 +411,7 @@ def test_int8_smoothing_keeps_the_fp32_function(tiny_cross_encoder: Path, data_d
     """The smoothed copy that int8 quantizes computes what the model does: only the int8 rounding may differ."""
     import torch
 
-    from augsbert_ray.labeling.backend import PairModel, _smoothed
+    from augsbert_ray.scoring.backend import PairModel, _smoothed
 
     lines = (data_dir / "stsb" / "sts-dev.csv").read_text(encoding="utf-8").splitlines()[:40]
     pairs = [tuple(line.split("\t")[5:7]) for line in lines]

@@ -22,7 +22,7 @@ from scipy.stats import spearmanr
 from augsbert_ray.cli import main
 from augsbert_ray.config import JobSpec
 from augsbert_ray.labeling import Teacher
-from augsbert_ray.resume import comparable_spec
+from augsbert_ray.pipeline.fingerprint import comparable_spec
 from augsbert_ray.runtime import log
 
 STRATEGIES = {"bm25": "augsbert_bm25", "random": "augsbert_rs", "kde": "augsbert_kde", "semantic": "augsbert_ss"}

@@ -8,12 +8,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
 
 from augsbert_ray.config import BiEncoderSpec, JobSpec
-from augsbert_ray.pipeline import run_logged
 from augsbert_ray.runtime import CONSOLE_LINE, format_seconds
 from augsbert_ray.training.bi_encoder import bi_encoder_loss
 from augsbert_ray.training.ray_fit import training_arguments, with_progress_line
@@ -118,15 +118,22 @@ def test_chatter_goes_to_the_log_and_the_console_keeps_the_runs_own_lines(tmp_pa
     assert "after: on the console" not in log
 
 
-def test_each_run_logs_to_its_own_run_log(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
-    """run_logged, which `augsbert run`, `tune` and `reproduce` run a job through, diverts each run's chatter to that
-    run's run.log, and the console gets it back after the run."""
+def test_each_run_logs_to_its_own_run_log(tmp_path: Path, capfd: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run`` (and ``tune``) with verbose=False, as `augsbert run` and `tune` call them, divert each run's chatter
+    to that run's run.log, and the console gets it back after the run."""
+    from augsbert_ray.pipeline import jobs
+    from augsbert_ray.pipeline.result import RunResult
 
-    def runner(spec: JobSpec, resume: Path | None, run_dir: Path, data_dir: str) -> Path:
+    def start_run(spec: JobSpec, resume: Path | None, data_dir: str, force: bool, run_dir: Path) -> SimpleNamespace:
         os.write(1, f"chatter of {spec.name} from {data_dir}\n".encode())
-        return run_dir
+        return SimpleNamespace(spec=spec, run_dir=run_dir)
 
-    run_dirs = [run_logged(runner, JobSpec.model_validate({"output_dir": str(tmp_path), "name": name}), data_dir="data")
+    def run_steps(ctx: SimpleNamespace, steps: object) -> dict[str, RunResult]:
+        return {"result": RunResult(ctx.run_dir, "regression", {})}
+
+    monkeypatch.setattr(jobs, "start_run", start_run)
+    monkeypatch.setattr(jobs, "run_steps", run_steps)
+    run_dirs = [jobs.run(JobSpec.model_validate({"output_dir": str(tmp_path), "name": name}), data_dir="data", verbose=False).run_dir
                 for name in ("first", "second")]
     os.write(1, b"after the runs\n")
     assert [(run_dir / "run.log").read_text().count("chatter of") for run_dir in run_dirs] == [1, 1]

@@ -16,8 +16,9 @@ from augsbert_ray.config import JobSpec, LabelingSpec, SpecError, dump_spec
 from augsbert_ray.labeling import LabelJob, Teacher, label_files
 from augsbert_ray.layout import PROGRESS_FILE, RunLayout
 from augsbert_ray.models import model_fingerprint
-from augsbert_ray.pipeline import load_run_spec, resume_run
-from augsbert_ray.resume import FINGERPRINT_FILE, run_fingerprint, write_fingerprint
+from augsbert_ray.pipeline.resume import resume_run
+from augsbert_ray.pipeline.resume import resume_spec as load_run_spec
+from augsbert_ray.pipeline.fingerprint import FINGERPRINT_FILE, run_fingerprint, write_fingerprint
 
 
 def started_run(tmp_path: Path, data_dir: Path, spec: JobSpec, fits: tuple[str, ...] = ()) -> Path:
@@ -87,7 +88,7 @@ def test_force_resume_drops_the_training_state_of_a_fit_a_change_touches(tmp_pat
 def test_a_transfer_sources_fits_follow_the_targets_dev_and_test() -> None:
     """A transfer source's train is cleaned of the target's dev and test pairs. Before: --force-resume after the
     target's test (or its eval_limit) changed kept the teacher and SBERT-source, fitted on pairs now in that test."""
-    from augsbert_ray.resume import fit_still_matches
+    from augsbert_ray.pipeline.fingerprint import fit_still_matches
 
     for change in ("files.target.test", "files.target.dev", "files.target.train", "spec.target.data.eval_limit", "spec.target.data.on_overlap"):
         changed = {change: ("old", "new")}
@@ -98,21 +99,17 @@ def test_a_transfer_sources_fits_follow_the_targets_dev_and_test() -> None:
 def test_a_run_stopped_while_writing_its_report_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """metrics.json marks a run finished. Before: it was written first, so a run stopped (or failing) while writing
     report.md or tuning.md was refused by --resume as finished, without its report."""
-    from types import SimpleNamespace
-
     import numpy as np
 
-    from augsbert_ray import pipeline
-    from augsbert_ray.stages import Silver
+    from augsbert_ray.pipeline import result
 
     def stopped(*args: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(pipeline, "write_report", stopped)
+    monkeypatch.setattr(result, "write_report", stopped)
     (tmp_path / "spec.yaml").write_text(dump_spec(JobSpec()), encoding="utf-8")
-    ctx = SimpleNamespace(layout=SimpleNamespace(root=tmp_path), spec=JobSpec())
     with pytest.raises(KeyboardInterrupt):
-        pipeline.write_outputs(ctx, {"test": {}, "metric": "spearman_x100"}, [], np.array([0.1, 0.5, 0.9]), Silver({}))
+        result.write_outputs(result.RunResult(tmp_path, "regression", {}), JobSpec(), np.array([0.1, 0.5, 0.9]), {})
     assert not (tmp_path / "metrics.json").exists()
     assert load_run_spec(tmp_path) == JobSpec()  # resumable
 
@@ -121,16 +118,18 @@ def test_a_fit_ray_train_had_finished_is_counted_as_reused(tmp_path: Path) -> No
     """A driver stopped after a fit's final model was saved and before progress.json recorded it: Ray Train reports
     that model again (ray_fit.report_finished_fit). Before: the ledger counted that as a fit of a few seconds, and
     metrics.json's reused_fits left it out."""
-    from augsbert_ray.stages import FitLedger, fit_record
+    from augsbert_ray.pipeline.context import FitLedger, Fitted
 
     layout = RunLayout(tmp_path)
     ledger = FitLedger(layout)
     again = {"train_loss": 0.1, "train_rows": 300, "steps": 20, "train_seconds": 812.5, "reused": True}
-    assert ledger.fit_once("cross_encoder", True, lambda: fit_record(600, again)) == {"trained_on": 600, "wall_seconds": 812.5}
+    record = ledger.fit_once("cross_encoder", True, lambda: Fitted.from_metrics(600, again))
+    assert (record.trained_on, record.wall_seconds) == (600, 812.5)
     assert ledger.reused == {"cross_encoder": 812.5}
-    fitted = ledger.fit_once("sbert", True, lambda: fit_record(300, {**again, "reused": False}))
-    assert fitted["trained_on"] == 300 and fitted["wall_seconds"] < 60 and "sbert" not in ledger.reused
-    assert json.loads(layout.progress.read_text()) == {"cross_encoder": {"trained_on": 600, "wall_seconds": 812.5}, "sbert": fitted}
+    fitted = ledger.fit_once("sbert", True, lambda: Fitted.from_metrics(300, {**again, "reused": False}))
+    assert fitted.trained_on == 300 and fitted.wall_seconds < 60 and "sbert" not in ledger.reused
+    assert json.loads(layout.progress.read_text()) == {"cross_encoder": {"trained_on": 600, "wall_seconds": 812.5},
+                                                       "sbert": fitted.to_json()}
 
 
 def test_a_tuning_edit_refits_sbert_only_where_sbert_is_tuned(tmp_path: Path, data_dir: Path) -> None:

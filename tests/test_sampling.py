@@ -81,7 +81,7 @@ def test_semantic_candidate_invariants(ray_session, gold, tiny_model, strategy: 
 
 
 def test_random_pools_are_sized_by_bm25_whether_or_not_it_runs(gold) -> None:
-    from augsbert_ray.stages import random_pool_sizes
+    from augsbert_ray.pipeline.silver import random_pool_sizes
 
     pool = SentencePool.from_pairs(gold.train)
     excluded = pool.gold_codes([gold.train, gold.dev, gold.test])
@@ -102,7 +102,7 @@ def test_what_sampling_asks_of_the_pool_is_checked_before_any_fit() -> None:
     """Before: each failed in make_silver, after the teacher and SBERT fits; an unusable BM25-sized default said
     'the number of random pairs must be positive, got 0', naming nothing the user set."""
     from augsbert_ray.config import SpecError, load_spec
-    from augsbert_ray.stages import CandidateSource, check_candidates, random_pool_sizes
+    from augsbert_ray.pipeline.silver import CandidateSource, check_candidates, random_pool_sizes
 
     seven = CandidateSource(SentencePool([f"apple s{i}" for i in range(7)]), np.zeros(0, np.int64), np.zeros(0))
     check_candidates(load_spec(None, ["sampling.strategies=[bm25, kde]", "sampling.top_k=6", "sampling.kde_pool=21"]), seven)

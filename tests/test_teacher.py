@@ -20,7 +20,8 @@ from augsbert_ray.data import GoldData
 from augsbert_ray.evaluation import UnusableScores, metrics_from_scores, spearman_x100
 from augsbert_ray.labeling import LabelJob, Teacher, TeacherMember, label_files
 from augsbert_ray.models import resolve_model
-from augsbert_ray.stages import RunContext, check_teacher
+from augsbert_ray.pipeline.context import RunContext
+from augsbert_ray.pipeline.teacher import check_teacher
 
 
 @pytest.fixture(scope="session")
@@ -236,11 +237,11 @@ def test_gate_stops_a_teacher_whose_scores_are_all_equal(tiny_cross_encoder: Pat
 
 
 def test_a_trained_teacher_is_linked_into_the_run_not_copied(tiny_bi_encoder: Path, tmp_path: Path) -> None:
-    from augsbert_ray.stages import copy_trained_model
+    from augsbert_ray.pipeline.teacher import copy_trained_model
 
     run_models = tmp_path / "models"
     run_models.mkdir()
-    assert copy_trained_model(tiny_bi_encoder, run_models / "teacher_bi_encoder", "teacher_bi_encoder") == {"trained_on": None}
+    assert copy_trained_model(tiny_bi_encoder, run_models / "teacher_bi_encoder", "teacher_bi_encoder").trained_on is None
     given = sorted(path.relative_to(tiny_bi_encoder) for path in tiny_bi_encoder.rglob("*") if path.is_file())
     assert given == sorted(path.relative_to(run_models / "teacher_bi_encoder") for path in (run_models / "teacher_bi_encoder").rglob("*") if path.is_file())
     assert all((tiny_bi_encoder / name).stat().st_ino == (run_models / "teacher_bi_encoder" / name).stat().st_ino for name in given)
@@ -252,14 +253,14 @@ def test_a_trained_teacher_from_an_earlier_run_reports_what_it_was_trained_on(ti
     import json
 
     from augsbert_ray.layout import PROGRESS_FILE
-    from augsbert_ray.stages import copy_trained_model
+    from augsbert_ray.pipeline.teacher import copy_trained_model
 
     earlier = tmp_path / "earlier"
     shutil.copytree(tiny_bi_encoder, earlier / "models" / "sbert")
     (earlier / PROGRESS_FILE).write_text(json.dumps({"teacher_bi_encoder": {"trained_on": 11498}, "sbert": {"trained_on": 5749}}))
     (tmp_path / "run" / "models").mkdir(parents=True)
     given = copy_trained_model(earlier / "models" / "sbert", tmp_path / "run" / "models" / "teacher_bi_encoder", "teacher_bi_encoder")
-    assert given == {"trained_on": 5749}
+    assert given.trained_on == 5749
 
 
 def test_a_member_or_labels_without_spread_cannot_be_calibrated() -> None:

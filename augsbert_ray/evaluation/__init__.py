@@ -1,23 +1,18 @@
-"""Score pairs with a model (bi-encoder, cross-encoder or Jaccard) and turn scores into task metrics."""
+"""Score pairs with a model (bi-encoder, cross-encoder, teacher or Jaccard, through augsbert_ray.scoring) and turn
+scores into task metrics."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 import ray
 
-from augsbert_ray.config import SpecError, TaskType
-from augsbert_ray.evaluation.metrics import (
-    UnusableScores, auc_at_fpr, best_threshold, check_scores, dev_metric, f1_at, jaccard_scores, spearman_x100,
-)
-from augsbert_ray.labeling.teacher import Teacher, single_output_error
+from augsbert_ray.config import TaskType
+from augsbert_ray.evaluation.metrics import UnusableScores, auc_at_fpr, best_threshold, check_scores, dev_metric, f1_at, spearman_x100
 from augsbert_ray.runtime import configure_torch_threads
-
-ScorerKind = Literal["bi_encoder", "cross_encoder", "teacher", "jaccard"]
+from augsbert_ray.scoring import ScorerKind, jaccard_scores, scorer_for
 
 
 @dataclass
@@ -34,9 +29,11 @@ class Evaluation:
         return {key: value for key, value in asdict(self).items() if value is not None}
 
 
-def score_pairs(kind: ScorerKind, model: str | None, sentences1: list[str], sentences2: list[str], threads: int = 1) -> np.ndarray:
-    """Similarity of each pair: cosine of bi-encoder embeddings, cross-encoder output, a teacher's score (``model``
-    is its teacher.json), or Jaccard.
+def score_pairs(
+    kind: ScorerKind, model: str | None, sentences1: list[str], sentences2: list[str], threads: int = 1, gpu: bool = False
+) -> np.ndarray:
+    """Similarity of each pair by the model kind's ``PairScorer`` (augsbert_ray.scoring): cosine of bi-encoder
+    embeddings, cross-encoder output, a teacher's score (``model`` is its teacher.json), or Jaccard.
 
     Args:
         kind: ``bi_encoder``, ``cross_encoder``, ``teacher`` or ``jaccard``.
@@ -44,34 +41,18 @@ def score_pairs(kind: ScorerKind, model: str | None, sentences1: list[str], sent
         sentences1: The pairs' first sentences.
         sentences2: Their second sentences, as many.
         threads: Torch threads.
+        gpu: Score on this process's GPU.
 
     Returns:
         One score per pair, shape (len(sentences1),).
 
     Example:
-        ::
-
-            score_pairs("bi_encoder", "runs/<run>/models/sbert", ["A man plays."], ["A man is playing."])  # one cosine
+        >>> score_pairs("jaccard", None, ["A cat sat."], ["a cat ran"])
+        array([0.5])
     """
-    if kind == "jaccard":
-        return jaccard_scores(sentences1, sentences2)
-    if kind == "teacher":
-        teacher = Teacher.load(Path(str(model)))
-        return teacher.combine([score_pairs(m.kind, m.model, sentences1, sentences2, threads) for m in teacher.members])
-    configure_torch_threads(threads)
-    if kind == "cross_encoder":
-        from sentence_transformers import CrossEncoder
-
-        scores = np.asarray(CrossEncoder(model).predict(list(zip(sentences1, sentences2)), batch_size=64, show_progress_bar=False))
-        if scores.ndim > 1:
-            raise SpecError(single_output_error(str(model), scores.shape[1]))
-        return scores
-    from sentence_transformers import SentenceTransformer
-
-    encoder = SentenceTransformer(model)
-    a = encoder.encode(sentences1, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
-    b = encoder.encode(sentences2, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
-    return np.sum(a * b, axis=1)
+    if kind != "jaccard":
+        configure_torch_threads(threads)
+    return scorer_for(kind, model, threads, gpu).score(sentences1, sentences2)
 
 
 def score_pairs_on_ray(kind: ScorerKind, model: str | None, table: pa.Table, cpus: float, gpus: float) -> "ray.ObjectRef[np.ndarray]":
@@ -94,7 +75,7 @@ def score_pairs_on_ray(kind: ScorerKind, model: str | None, table: pa.Table, cpu
     """
     sentences1, sentences2, _ = _columns(table)
     remote = ray.remote(num_cpus=cpus, num_gpus=gpus)(score_pairs)
-    return remote.remote(kind, model, sentences1, sentences2, max(1, int(cpus)))
+    return remote.remote(kind, model, sentences1, sentences2, max(1, int(cpus)), gpus > 0)
 
 
 def metrics_from_scores(
@@ -153,7 +134,9 @@ def _columns(table: pa.Table) -> tuple[list[str], list[str], np.ndarray]:
     return table.column("sentence1").to_pylist(), table.column("sentence2").to_pylist(), table.column("label").to_numpy()
 
 
-def evaluate(kind: ScorerKind, model: str | None, task: TaskType, dev: pa.Table, test: pa.Table, threads: int = 1) -> Evaluation:
+def evaluate(
+    kind: ScorerKind, model: str | None, task: TaskType, dev: pa.Table, test: pa.Table, threads: int = 1, gpu: bool = False
+) -> Evaluation:
     """Score dev and test with one model and compute the task metric (threshold chosen on dev).
 
     Args:
@@ -163,6 +146,7 @@ def evaluate(kind: ScorerKind, model: str | None, task: TaskType, dev: pa.Table,
         dev: The dev pairs (sentence1, sentence2, label).
         test: The test pairs.
         threads: Torch threads.
+        gpu: Score on this process's GPU.
 
     Example:
         ::
@@ -172,7 +156,7 @@ def evaluate(kind: ScorerKind, model: str | None, task: TaskType, dev: pa.Table,
     """
     dev_s1, dev_s2, dev_labels = _columns(dev)
     test_s1, test_s2, test_labels = _columns(test)
-    scores = score_pairs(kind, model, dev_s1 + test_s1, dev_s2 + test_s2, threads)
+    scores = score_pairs(kind, model, dev_s1 + test_s1, dev_s2 + test_s2, threads, gpu)
     return metrics_from_scores(task, scores[: len(dev_s1)], dev_labels, scores[len(dev_s1) :], test_labels, model or kind)
 
 
@@ -197,7 +181,7 @@ def evaluate_on_ray(
             ray.get(ref).test
     """
     remote = ray.remote(num_cpus=cpus, num_gpus=gpus)(evaluate)
-    return remote.remote(kind, model, task, dev, test, max(1, int(cpus)))
+    return remote.remote(kind, model, task, dev, test, max(1, int(cpus)), gpus > 0)
 
 
 __all__ = [

@@ -1,9 +1,8 @@
 """Task metrics: Spearman x100 (regression), F1 of the positive class at a dev-chosen threshold and
-AUC(0.05) (classification), and the Jaccard word-overlap baseline."""
+AUC(0.05) (classification)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -11,7 +10,6 @@ from scipy.stats import spearmanr
 
 from augsbert_ray.config import TaskType
 
-_WORD = re.compile(r"\w+")
 
 
 def spearman_x100(scores: Sequence[float], labels: Sequence[float]) -> float:
@@ -155,26 +153,3 @@ def auc_at_fpr(scores: Sequence[float], labels: Sequence[int], max_fpr: float = 
     xs = np.r_[fpr[:cut], max_fpr]
     ys = np.r_[tpr[:cut], np.interp(max_fpr, fpr, tpr)]
     return float(np.trapezoid(ys, xs) / max_fpr)
-
-
-def jaccard_scores(sentences1: Sequence[str], sentences2: Sequence[str]) -> np.ndarray:
-    """Word-set Jaccard similarity of each pair (lower-cased \\w+ tokens).
-
-    Args:
-        sentences1: The pairs' first sentences.
-        sentences2: Their second sentences, as many.
-
-    Returns:
-        One score in [0, 1] per pair; 0 when neither sentence has a word.
-
-    Example:
-        ::
-
-            jaccard_scores(["A cat sat."], ["a cat ran"])  # array([0.5])
-    """
-    out = np.empty(len(sentences1), dtype=np.float64)
-    for i, (a, b) in enumerate(zip(sentences1, sentences2)):
-        words_a, words_b = set(_WORD.findall(a.lower())), set(_WORD.findall(b.lower()))
-        union = words_a | words_b
-        out[i] = len(words_a & words_b) / len(union) if union else 0.0
-    return out

@@ -23,10 +23,10 @@ import ray.data
 from augsbert_ray.config import LabelingSpec, SpecError, check_output_dir
 from augsbert_ray.data.formats import input_format
 from augsbert_ray.files import atomic_path, atomic_write_text, files_digest
-from augsbert_ray.labeling.backend import check_max_length
+from augsbert_ray.scoring.backend import check_max_length
 from augsbert_ray.labeling.plan import Shard, expand_inputs, plan_shards
 from augsbert_ray.labeling.scorer import COUNT_KEYS, STATS_KEY, ShardLabeler, calibration_pairs
-from augsbert_ray.labeling.teacher import Teacher, TeacherMember, single_output_error
+from augsbert_ray.scoring import Teacher, TeacherMember, single_output_error
 from augsbert_ray.models import check_model, model_settings_digest
 from augsbert_ray.runtime import check_requests, format_seconds, init_ray, log
 

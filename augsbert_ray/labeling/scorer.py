@@ -19,9 +19,9 @@ import pyarrow.parquet as pq
 from augsbert_ray.config import SpecError
 from augsbert_ray.data.rejects import EMPTY, Reject, is_blank
 from augsbert_ray.files import atomic_path, atomic_write_text
-from augsbert_ray.labeling.backend import CALIBRATION_PAIRS, EmbeddingModel, PairModel
 from augsbert_ray.labeling.plan import Shard, read_shard
-from augsbert_ray.labeling.teacher import Teacher
+from augsbert_ray.scoring import Teacher, TeacherScorer
+from augsbert_ray.scoring.backend import CALIBRATION_PAIRS
 
 WINDOW = 4096  # pairs sorted by length together; bounds actor memory and padding
 STATS_KEY = b"augsbert.label"
@@ -71,86 +71,6 @@ def calibration_pairs(shards: list[Shard], text_columns: tuple[str, str]) -> lis
     return pairs
 
 
-class PairScorer:
-    """A cross-encoder over a window of pairs: tokenize inside the actor, sort by token length, score in batches."""
-
-    def __init__(self, model: PairModel, batch_size: int) -> None:
-        self.model, self.batch_size = model, batch_size
-        self.pad_id = model.tokenizer.pad_token_id or 0
-
-    def start_shard(self) -> None:
-        """Nothing carries over between shards."""
-
-    def score(self, first: list[str], second: list[str], stats: dict[str, Any]) -> np.ndarray:
-        encoded = self.model.tokenizer(first, second, truncation="longest_first", max_length=self.model.max_length)
-        stats["truncated"] += sum(1 for encoding in encoded.encodings if encoding.overflowing)
-        ids = encoded["input_ids"]
-        lengths = np.fromiter((len(row) for row in ids), dtype=np.int64, count=len(ids))
-        count_tokens(stats, lengths)
-        order = np.argsort(lengths, kind="stable")
-        scores = np.empty(len(ids), dtype=np.float32)
-        for start in range(0, len(order), self.batch_size):
-            rows = order[start : start + self.batch_size]
-            features = self.pad(encoded, rows, self.batch_width(lengths[rows]))
-            stats["padded_tokens"] += features["input_ids"].size
-            scores[rows] = self.model.score(features)
-        return scores
-
-    def batch_width(self, lengths: np.ndarray) -> int:
-        """The longest pair's tokens, rounded up to the model's width multiple."""
-        multiple = self.model.width_multiple
-        return -(-int(lengths.max()) // multiple) * multiple
-
-    def pad(self, encoded, rows: np.ndarray, width: int) -> dict[str, np.ndarray]:
-        features = {}
-        for name in self.model.input_names:
-            fill = self.pad_id if name == "input_ids" else 0
-            array = np.full((len(rows), width), fill, dtype=np.int64)
-            for out_row, row in enumerate(rows):
-                values = encoded[name][row]
-                array[out_row, : len(values)] = values
-            features[name] = array
-        return features
-
-
-# Sentences whose embeddings a bi-encoder teacher keeps within a shard (about 3 KB each at width 768).
-EMBEDDING_CACHE = 50_000
-
-
-class EmbeddingScorer:
-    """A bi-encoder over a window of pairs: each distinct sentence embedded once per shard (sampled candidates reuse
-    their sentences many times), the pair scored by cosine. A pair counts as truncated when either sentence is.
-    The cache starts empty at each shard, so a shard's scores do not depend on which shards an actor labeled before."""
-
-    def __init__(self, model: EmbeddingModel, batch_size: int) -> None:
-        self.model, self.batch_size = model, batch_size
-        self.cache: dict[str, tuple[np.ndarray, int]] = {}  # sentence -> (unit embedding, token length)
-
-    def start_shard(self) -> None:
-        self.cache.clear()
-
-    def score(self, first: list[str], second: list[str], stats: dict[str, Any]) -> np.ndarray:
-        new = [sentence for sentence in dict.fromkeys(first + second) if sentence not in self.cache]
-        if len(self.cache) + len(new) > EMBEDDING_CACHE:
-            self.cache.clear()
-            new = list(dict.fromkeys(first + second))
-        if new:
-            lengths = [len(ids) for ids in self.model.tokenizer(new)["input_ids"]]
-            self.cache.update(zip(new, zip(self.model.embed(new, self.batch_size), lengths)))
-            stats["padded_tokens"] += int(np.minimum(lengths, self.model.max_length).sum())  # the tokens the model ran on
-        cached = [self.cache[sentence] for sentence in first + second]
-        embeddings = np.stack([embedding for embedding, _ in cached])
-        lengths, limit = np.array([length for _, length in cached], dtype=np.int64), self.model.max_length
-        stats["truncated"] += int(np.sum((lengths[: len(first)] > limit) | (lengths[len(first) :] > limit)))
-        count_tokens(stats, np.minimum(lengths, limit))
-        return np.sum(embeddings[: len(first)] * embeddings[len(first) :], axis=1)
-
-
-def count_tokens(stats: dict[str, Any], lengths: np.ndarray) -> None:
-    stats["tokens"] += int(lengths.sum())
-    stats["tokens_sq"] += int((lengths**2).sum())
-
-
 class ShardLabeler:
     """Ray Data class UDF: the teacher's models are loaded once per actor; each row of a batch names a shard to label.
 
@@ -186,11 +106,9 @@ class ShardLabeler:
         self.shards = {shard.name: shard for shard in shards}
         self.output = Path(output)
         self.teacher = teacher
-        self.scorers = [
-            PairScorer(PairModel(m.model, precision, threads, max_seq_length, Path(onnx_cache), runtime, calibration, gpu), batch_size)
-            if m.kind == "cross_encoder" else EmbeddingScorer(EmbeddingModel(m.model, precision, threads, max_seq_length, gpu), batch_size)
-            for m in teacher.members
-        ]
+        self.scorer = TeacherScorer(teacher, batch_size=batch_size, precision=precision, threads=threads,
+                                    max_seq_length=max_seq_length, gpu=gpu, runtime=runtime, cache_dir=Path(onnx_cache),
+                                    calibration=calibration)
         self.labeler, self.text_columns, self.strategy = labeler, text_columns, strategy
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -207,8 +125,7 @@ class ShardLabeler:
 
     def label_shard(self, shard: Shard) -> dict[str, Any]:
         started = time.perf_counter()
-        for scorer in self.scorers:
-            scorer.start_shard()
+        self.scorer.reset()  # a shard's scores do not depend on which shards the actor labeled before
         stats: dict[str, Any] = {"shard": shard.name, **dict.fromkeys(COUNT_KEYS, 0)}
         schema = output_schema(shard.schema)
         rejects: list[Reject] = []
@@ -237,8 +154,7 @@ class ShardLabeler:
         first, second = (table.column(name).to_pylist() for name in self.text_columns)
         if not first:
             return np.zeros(0, dtype=np.float32)
-        counted = [stats, *({key: 0 for key in stats} for _ in self.scorers[1:])]
-        return self.teacher.combine([scorer.score(first, second, c) for scorer, c in zip(self.scorers, counted)])
+        return self.scorer.score(first, second, stats)
 
     def with_scores(self, table: pa.Table, scores: np.ndarray, schema: pa.Schema) -> pa.Table:
         columns = {field.name: table.column(field.name) for field in schema if field.name in table.column_names and field.name not in OUTPUT_COLUMNS}

@@ -12,26 +12,19 @@ import ray
 import ray.data
 
 from augsbert_ray.config import LabelingSpec, SamplingSpec
-from augsbert_ray.runtime import configure_torch_threads
 from augsbert_ray.sampling.neighbours import check_top_k, search_depth, top_k_pairs
 from augsbert_ray.sampling.pairs import SentencePool
+from augsbert_ray.scoring import BiEncoderScorer
 
 
 class SentenceEmbedder:
     """Ray Data UDF: the bi-encoder is loaded once per actor; output is L2-normalized float32."""
 
-    def __init__(self, model: str, threads: int, batch_size: int) -> None:
-        configure_torch_threads(threads)
-        from sentence_transformers import SentenceTransformer
-
-        self.model = SentenceTransformer(model)
-        self.batch_size = batch_size
+    def __init__(self, model: str, threads: int, batch_size: int, gpu: bool = False) -> None:
+        self.scorer = BiEncoderScorer(model, batch_size, threads=threads, gpu=gpu)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
-        vectors = self.model.encode(
-            batch["sentence"].tolist(), batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True
-        )
-        return {"idx": batch["idx"], "embedding": vectors.astype(np.float32)}
+        return {"idx": batch["idx"], "embedding": self.scorer.embed(batch["sentence"].tolist())}
 
 
 def embed_sentences(sentences: list[str], model: str, resources: LabelingSpec) -> ray.data.Dataset:
@@ -43,6 +36,7 @@ def embed_sentences(sentences: list[str], model: str, resources: LabelingSpec) -
             "model": model,
             "threads": resources.threads_per_actor or max(1, int(resources.cpus_per_actor)),
             "batch_size": resources.batch_size,
+            "gpu": resources.gpus_per_actor > 0,
         },
         batch_size=resources.batch_size * 4,
         batch_format="numpy",

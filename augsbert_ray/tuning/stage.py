@@ -1,19 +1,16 @@
-"""Seed optimization as a student's fit: one seed (and top-k) search per tuned bi-encoder, on the silver sets the
-run made; the chosen trial's model lands in models/<name>."""
+"""Seed optimization of one bi-encoder: a seed (and top-k) search on the silver sets the run made; the chosen
+trial's model lands in models/<name>."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from augsbert_ray.config import JobSpec
 from augsbert_ray.layout import RunLayout, TrainFile, bi_encoder_name, silver_files
 from augsbert_ray.models import resolve_model
-from augsbert_ray.tuning.search import Outcome, SearchSetup, search, training_rows
+from augsbert_ray.tuning.search import Outcome, SearchSetup, search
 
 SilverByK = dict[int, dict[str, Path]]  # tuning.top_k -> strategy -> silver directory
-SearchedFit = Callable[[JobSpec, RunLayout, str, list[TrainFile]], dict[str, Any]]
 
 
 def strategy_of(spec: JobSpec, model: str) -> str | None:
@@ -33,14 +30,3 @@ def tune_bi_encoder(spec: JobSpec, layout: RunLayout, model: str, default_files:
     """Seed (and top-k) search for one bi-encoder; the chosen trial's model lands in models/<model>."""
     setup = SearchSetup(spec, model, resolve_model(spec.bi_encoder.model), str(layout.split("gold", "dev")), layout.ray_tune)
     return search(setup, trial_training_sets(spec, model, default_files, by_k), layout.model(model))
-
-
-def searched_fit(by_k: SilverByK) -> SearchedFit:
-    """A student's fit that searches seeds (and top_k, over ``by_k``'s silver) and keeps the chosen trial."""
-
-    def fit(spec: JobSpec, layout: RunLayout, model: str, files: list[TrainFile]) -> dict[str, Any]:
-        outcome = tune_bi_encoder(spec, layout, model, files, by_k)
-        chosen = next(trial for trial in outcome.trials if trial.name == outcome.chosen)
-        return {"trained_on": training_rows(chosen.train_files), "tuning": outcome.state()}
-
-    return fit

@@ -20,6 +20,7 @@ from ray import tune
 from augsbert_ray.config import BiEncoderSpec
 from augsbert_ray.evaluation.metrics import dev_metric
 from augsbert_ray.runtime import configure_torch_threads
+from augsbert_ray.scoring import BiEncoderScorer
 from augsbert_ray.training.bi_encoder import bi_encoder_loss
 from augsbert_ray.training.ray_fit import (
     read_training_pairs, training_arguments, training_dataset, warn_bf16_on_cpu, with_progress_line, worker_setup,
@@ -57,13 +58,8 @@ def dev_score(model: Any, dev: Any, task: str) -> float:
     """The task metric on dev with the in-memory model (eval mode: no dropout, no RNG use); NaN for a model whose
     scores are not finite."""
     s1, s2 = dev.column("sentence1").to_pylist(), dev.column("sentence2").to_pylist()
+    scores = BiEncoderScorer(model).score(s1, s2)
     labels = dev.column("label").to_numpy()
-    was_training = model.training
-    model.eval()
-    a = model.encode(s1, batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
-    b = model.encode(s2, batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
-    model.train(was_training)
-    scores = np.sum(a * b, axis=1)
     if not np.isfinite(scores).all():  # a fit that diverged: ranked last (score_key), in classification too, whose
         return math.nan                # F1 threshold refuses such scores and failed the whole search
     return dev_metric(task, scores, labels)

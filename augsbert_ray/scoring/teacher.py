@@ -17,7 +17,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
@@ -185,3 +185,38 @@ def single_output_error(model: str, outputs: int) -> str:
     return (f"{model}: a cross-encoder with {outputs} outputs (e.g. a paraphrase or NLI classifier): a teacher scores "
             "similarity with one (num_labels 1), and the first output of several may even be 'not similar'; fit one on "
             "gold instead (leave cross_encoder.trained unset)")
+
+
+class TeacherScorer:
+    """A teacher as a ``PairScorer``: each member's scorer (cross-encoder or cached bi-encoder, loaded once), their
+    scores mapped and combined (``Teacher.combine``). The first member's tokenization is what ``stats`` counts.
+
+    Args:
+        teacher: The teacher.
+        settings: What each member's scorer takes (batch_size, precision, threads, max_seq_length, gpu; a
+            cross-encoder's runtime, cache_dir, calibration).
+
+    Example:
+        ::
+
+            TeacherScorer(Teacher.load(Path("runs/<run>/models/teacher.json"))).score(["A man plays."], ["A man is playing."])
+    """
+
+    def __init__(self, teacher: Teacher, **settings: Any) -> None:
+        from augsbert_ray.scoring.bi_encoder import BiEncoderScorer
+        from augsbert_ray.scoring.cross_encoder import CrossEncoderScorer
+
+        embedding_settings = {key: value for key, value in settings.items() if key not in ("runtime", "cache_dir", "calibration")}
+        self.teacher = teacher
+        self.scorers: list[Any] = [
+            CrossEncoderScorer(m.model, **settings) if m.kind == "cross_encoder" else BiEncoderScorer(m.model, **embedding_settings, cache=True)
+            for m in teacher.members
+        ]
+
+    def reset(self) -> None:
+        for scorer in self.scorers:
+            scorer.reset()
+
+    def score(self, first: list[str], second: list[str], stats: dict[str, Any] | None = None) -> np.ndarray:
+        counted = [stats, *(None for _ in self.scorers[1:])]
+        return self.teacher.combine([scorer.score(first, second, c) for scorer, c in zip(self.scorers, counted)])

@@ -1,4 +1,4 @@
-"""Process-level setup shared by the driver, Ray actors and Ray Train workers."""
+"""Internal: an embedded Ray started, or a cluster joined (init_ray), and its GCS reached."""
 
 from __future__ import annotations
 
@@ -7,20 +7,17 @@ import importlib
 import json
 import logging
 import os
-import re
-import select
 import socket
-import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import ray
 from ray._private import ray_constants
 
-from augsbert_ray.auth import check_token_file
 from augsbert_ray.config import SpecError, ray_address
+from augsbert_ray.runtime.auth import check_token_file
+from augsbert_ray.runtime.console import log
+
 
 # Passed to every Ray worker: tokenizers' own thread pool fights torch's inside actors.
 # Ray Train workers send print() to Train's logger and, where a library wrapped sys.stdout, to stdout too: every
@@ -40,68 +37,6 @@ LOCAL_TRAIN_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0", "RAY_TRAIN_HEALTH
 # Seconds to wait for a cluster's GCS to answer before giving up on its address.
 CONNECT_TIMEOUT_ENV = "AUGSBERT_CONNECT_TIMEOUT"
 DEFAULT_CONNECT_TIMEOUT_S = 60.0
-
-log = logging.getLogger("augsbert")
-
-# Where `augsbert run` and `augsbert tune` put everything but their own lines, unless -v.
-RUN_LOG = "run.log"
-# The lines that stay on the console: the augsbert logger's (setup_logging's format), and the fits' progress lines
-# that Ray forwards from training workers (training/ray_fit.py), without Ray's "(RayTrainWorker pid=...)" prefix.
-CONSOLE_LINE = re.compile(r"\d\d:\d\d:\d\d [A-Z]+ augsbert(\.[\w.]+)?: |fit \S+: step \d+/\d+")
-RAY_PREFIX = re.compile(r"^(\x1b\[[\d;]*m)?\(\w+ pid=\d+(, ip=[\d.]+)?\)(\x1b\[[\d;]*m)? ")
-RAY_DEDUP_NOTE = re.compile(r"(\x1b\[[\d;]*m)? \[repeated \d+x across cluster\].*$")  # Ray's note after a deduplicated line
-
-
-def configure_torch_threads(threads: int) -> None:
-    """Ray sets OMP_NUM_THREADS=1 in workers; without this, CPU inference runs on one thread."""
-    import torch
-
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    torch.set_num_threads(max(1, threads))
-
-
-def cpu_has_bf16() -> bool:
-    """Whether this machine's x86 CPU has bf16 instructions (AVX512-BF16 or AMX). Without them torch runs bf16 many
-    times slower than fp32 (bench/cpu_bf16.py: on a 2-core AVX2 AMD EPYC, 45 times for a training step of the mpnet
-    cross-encoder under bf16 autocast, 8 times for scoring with bf16 weights). Other CPUs (ARM, with its own bf16
-    extension) are not judged: True."""
-    import platform
-
-    import torch
-
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return True
-    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-
-
-def check_cpu_bf16(address: str | None, asked: dict[str, bool]) -> None:
-    """Stop before Ray starts when work on this machine's CPU asks for bf16 that the CPU lacks. ``asked`` maps each
-    setting's name to whether it asks for bf16 on a CPU; an ``address`` (cluster_address) means the work runs on
-    another machine's CPUs, which are not checked."""
-    names = [name for name, on in asked.items() if on]
-    if names and address is None and not cpu_has_bf16():
-        raise SpecError(f"{' and '.join(names)}: this CPU has no bf16 instructions (AVX512-BF16 or AMX), where bf16 runs "
-                        "8-45 times slower than fp32; use fp32 here, or bf16 on a GPU")
-
-
-def warn_cpu_bf16(work: str) -> None:
-    """What check_cpu_bf16 cannot see from the driver (a cluster's nodes): ``work`` running bf16 on this node's CPU,
-    where it has no bf16 instructions, logs a warning naming the node."""
-    if not cpu_has_bf16():
-        log.warning("%s runs bf16 on the CPU of %s, which has no bf16 instructions (AVX512-BF16 or AMX): 8-45 times "
-                    "slower than fp32 there", work, socket.gethostname())
-
-
-def gpu_unseen(worker: str, setting: str) -> str | None:
-    """The error for ``worker`` (e.g. "a labeling actor"), which reserved a GPU, when this process's torch sees none
-    (a CPU build, or no CUDA driver): it would otherwise hold the GPU and work on the CPU, or fail inside NCCL's
-    set-up without saying why. None where torch sees one. ``setting`` turns the GPU off."""
-    import torch
-
-    if torch.cuda.is_available():
-        return None
-    return (f"{worker} on {socket.gethostname()} reserved a GPU, but torch {torch.__version__} there sees none (a CPU "
-            f"build, or no CUDA driver): install a CUDA build of torch on the GPU nodes, or set {setting}")
 
 
 def check_dashboard_packages() -> None:
@@ -193,40 +128,6 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, dashboard:
     log.info("ray: %s", ray.cluster_resources())
 
 
-# What a setting asks of one Ray task, actor or group of workers: the settings in words, the amount, "CPU" or "GPU".
-Request = tuple[str, float, str]
-
-
-def autoscaler_resources() -> dict[str, float]:
-    """What an autoscaler's node groups have at their largest (a group scaled to zero nodes counts); empty without
-    an autoscaler."""
-    from ray._private.state import state  # private: Ray Train and Ray Data ask the autoscaler's config the same way
-
-    return state.get_max_resources_from_cluster_config() or {}
-
-
-def most_resources() -> dict[str, float]:
-    """The most of each resource the Ray cluster can give: what its nodes have now, or, with an autoscaler, what its
-    node groups have at their largest."""
-    now, most = ray.cluster_resources(), autoscaler_resources()
-    return {kind: max(now.get(kind, 0), most.get(kind, 0)) for kind in {*now, *most}}
-
-
-def check_requests(requests: list[Request], resources: dict[str, float] | None = None, where: str = "the Ray cluster") -> None:
-    """Refuse, naming the settings, a request larger than ``resources`` (default: ``most_resources``): Ray would
-    wait for it forever, after the stages before it.
-
-    Example:
-        ::
-
-            check_requests([("evaluation.gpus 1", 1, "GPU")])  # SpecError on a cluster without GPUs
-    """
-    resources = most_resources() if resources is None else resources
-    for asked, amount, kind in requests:
-        if amount > resources.get(kind, 0):
-            raise SpecError(f"{asked}, but {where} has {resources.get(kind, 0):g} {kind}s")
-
-
 def connect_timeout() -> float:
     """$AUGSBERT_CONNECT_TIMEOUT in seconds, default 60."""
     text = os.environ.get(CONNECT_TIMEOUT_ENV, str(DEFAULT_CONNECT_TIMEOUT_S))
@@ -293,96 +194,3 @@ def free_local_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-@contextmanager
-def chatter_to(log_file: Path) -> Iterator[None]:
-    """Inside, everything this process writes to stdout and stderr (Ray's and the libraries' logs and warnings, and
-    what Ray forwards from its workers) is appended to ``log_file``; the console keeps the augsbert logger's lines
-    and the fits' progress lines. Works on the file descriptors, so output of C++ code and of Ray's log forwarding
-    is caught too.
-
-    Args:
-        log_file: The log to append to, e.g. ``run_dir / RUN_LOG``.
-
-    Example:
-        ::
-
-            with chatter_to(run_dir / RUN_LOG):
-                run_job(spec, run_dir=run_dir)
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    console, saved = os.dup(2), (os.dup(1), os.dup(2))
-    read_end, write_end = os.pipe()
-    os.dup2(write_end, 1)
-    os.dup2(write_end, 2)
-    os.close(write_end)
-    done = threading.Event()
-    sorter = threading.Thread(target=_sort_lines, args=(read_end, log_file, console, done), name="chatter", daemon=True)
-    sorter.start()
-    log.info("Ray's and the libraries' output goes to %s (-v shows it here)", log_file)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        for fd, target in zip(saved, (1, 2)):
-            os.dup2(fd, target)
-            os.close(fd)
-        done.set()
-        sorter.join(timeout=10)
-        os.close(console)
-
-
-def _sort_lines(read_end: int, log_file: Path, console: int, done: threading.Event) -> None:
-    """Append all that comes through the pipe to the log; copy the console's lines to the console. Stops once
-    ``done`` is set and nothing more is waiting (a process started inside may still hold the pipe open)."""
-    pending = b""
-    with log_file.open("ab") as log_out:
-        while True:
-            if not select.select([read_end], [], [], 0.1)[0]:
-                if done.is_set():
-                    break
-                continue
-            chunk = os.read(read_end, 1 << 16)
-            if not chunk:
-                break
-            log_out.write(chunk)
-            log_out.flush()
-            *lines, pending = (pending + chunk).split(b"\n")
-            for line in lines:
-                # what a terminal would show: the part after the last carriage return (a cleared progress bar)
-                text = RAY_PREFIX.sub("", line.decode("utf-8", "replace")).rsplit("\r", 1)[-1]
-                if CONSOLE_LINE.match(text):
-                    text = RAY_DEDUP_NOTE.sub("", text)
-                    with contextlib.suppress(OSError):  # a console that went away (a closed pipe) only loses lines
-                        os.write(console, (text + "\n").encode())
-    os.close(read_end)
-
-
-def format_seconds(seconds: float) -> str:
-    """A time left for a progress line: '1m05s', or '2h01m' from an hour on; 'unknown' for infinity."""
-    if seconds == float("inf"):
-        return "unknown"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
-
-
-LOG_FORMAT, LOG_DATE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"
-
-
-def setup_logging(verbose: bool = False) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT, datefmt=LOG_DATE_FORMAT)
-
-
-def setup_worker_logging() -> None:
-    """In a Ray worker: the augsbert logger writes in the driver's format (which the driver's console keeps, see
-    chatter_to), and only through its own handler, not also through the one Ray gives the worker's root logger."""
-    if not log.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter(LOG_FORMAT, LOG_DATE_FORMAT))
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
-        log.propagate = False

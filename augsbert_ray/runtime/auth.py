@@ -1,5 +1,6 @@
-"""The Ray auth token file: created private (mode 600), and refused when another user owns it or may read it.
+"""Internal: the Ray auth token file (check_token_file, read_token).
 
+Created private (mode 600), and refused when another user owns it or may read it.
 Ray takes the token from RAY_AUTH_TOKEN, else from the file RAY_AUTH_TOKEN_PATH, else from ~/.ray/auth_token.
 Whoever can read that file can run code on the cluster.
 """

@@ -152,6 +152,14 @@ class EmbeddingModel:
         self.tokenizer = self.encoder.tokenizer
         self.max_length = self.encoder.max_seq_length
 
+    @classmethod
+    def wrap(cls, encoder: Any) -> EmbeddingModel:
+        """A SentenceTransformer already in memory (a fit's model), on its own device and dtype."""
+        model = cls.__new__(cls)
+        model.encoder, model.device = encoder, str(encoder.device)
+        model.tokenizer, model.max_length = encoder.tokenizer, encoder.max_seq_length
+        return model
+
     def embed(self, sentences: list[str], batch_size: int) -> np.ndarray:
         """Unit-length float32 embeddings, one row per sentence."""
         import torch

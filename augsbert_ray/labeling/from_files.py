@@ -1,0 +1,171 @@
+"""Label what a user holds, as `augsbert label` does: pair files (``label_files``), or a sentence list paired with a
+sampling strategy (``label_sentences``), with a teacher given as a Teacher, a model directory, an alias or a Hugging
+Face id, or a run's teacher.json.
+
+Errors name the `augsbert label` options (``--pairs``, ``--top-k``, ``--sentences``, ``--output``) and the labeling
+settings (``labeling.precision``), as the rest of the package words its errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from augsbert_ray.config import LabelingSpec, SamplingSpec, SpecError, check_output_dir
+from augsbert_ray.data import read_sentences
+from augsbert_ray.labeling import engine
+from augsbert_ray.labeling.engine import LabelJob, LabelResult, label_dataset, labels_in_process
+from augsbert_ray.scoring import Teacher
+from augsbert_ray.models import resolve_model
+from augsbert_ray.runtime import check_cpu_bf16, init_ray
+from augsbert_ray.sampling import SentencePool, available_pairs, candidate_table
+from augsbert_ray.sampling.neighbours import check_top_k
+
+STRATEGIES = ("random", "bm25")  # the strategies that pair a bare sentence list (the others need a bi-encoder or gold)
+NO_PAIRS = np.zeros(0, dtype=np.int64)  # a sentence list has no gold pairs to exclude
+
+
+def label_files(
+    inputs: str | Path | Sequence[str | Path],
+    output: str | Path,
+    teacher: Teacher | str | Path,
+    spec: LabelingSpec | None = None,
+    *,
+    text_columns: str | Sequence[str] = ("sentence1", "sentence2"),
+    format: str | None = None,
+    address: str | None = None,
+    **settings: Any,
+) -> LabelResult:
+    """Label every pair of the input files with a teacher into resumable Parquet shards under ``output``: what
+    `augsbert label --input` does. The inputs and the teacher are checked before Ray starts; with one CPU actor and
+    no Ray running or asked for, the labeling runs in this process.
+
+    Args:
+        inputs: A pair file (csv, jsonl, parquet), a glob, a directory, or a list of files.
+        output: The shards' directory (part-*.parquet, _manifest.json, _rejects.jsonl); a rerun into it with the same
+            arguments skips the shards already labeled.
+        teacher: A Teacher, a run's teacher.json, or a cross-encoder (a directory, an alias or a Hugging Face id).
+        spec: The labeling settings (batch size, actor pool, precision, shard size); default: ``settings``.
+        text_columns: The inputs' two sentence columns, as a pair or as ``"first,second"``.
+        format: ``parquet``, ``csv`` or ``jsonl``; default: from the file suffix.
+        address: A Ray cluster to join ('auto' or an address); default: an embedded local Ray.
+        settings: LabelingSpec fields, when ``spec`` is not given (e.g. ``batch_size=128``).
+
+    Returns:
+        The LabelResult: the output directory, the per-shard counts, the manifest and the rejects file.
+
+    Example:
+        ::
+
+            result = label_files("pairs/*.parquet", "silver", "runs/<run>/models/cross_encoder", batch_size=128)
+            print(result.summary())
+    """
+    spec = _labeling_spec(spec, settings, address)
+    loaded = _teacher(teacher)
+    job = LabelJob(loaded, spec, text_columns=_text_columns(text_columns))
+    return engine.label_files(_patterns(inputs), output, job, fmt=format, address=address)
+
+
+def label_sentences(
+    sentences: str | Path | Sequence[str],
+    output: str | Path,
+    teacher: Teacher | str | Path,
+    spec: LabelingSpec | None = None,
+    *,
+    strategy: str = "random",
+    pairs: int | None = None,
+    top_k: int = 3,
+    seed: int = 42,
+    address: str | None = None,
+    **settings: Any,
+) -> LabelResult:
+    """Pair a sentence list with a sampling strategy and label the pairs with a teacher into resumable Parquet shards
+    under ``output``: what `augsbert label --sentences` does. The pairs are checked against the sentences before
+    Ray starts; they are kept as ``output/_candidates/<strategy>.parquet``.
+
+    Args:
+        sentences: A sentence file (.txt, one per line, or a csv/jsonl/parquet file with a ``sentence`` column), or
+            the sentences themselves.
+        output: The shards' directory; a rerun into it with the same arguments skips the shards already labeled.
+        teacher: A Teacher, a run's teacher.json, or a cross-encoder (a directory, an alias or a Hugging Face id).
+        spec: The labeling settings; default: ``settings``.
+        strategy: ``random`` (``pairs`` random pairs) or ``bm25`` (each sentence with its ``top_k`` BM25 neighbours).
+        pairs: With ``random``: pairs to draw; default ``top_k`` per sentence, at most every pair.
+        top_k: BM25 neighbours per sentence, or random pairs per sentence.
+        seed: Seeds the random pairs.
+        address: A Ray cluster to join ('auto' or an address); default: an embedded local Ray.
+        settings: LabelingSpec fields, when ``spec`` is not given.
+
+    Returns:
+        The LabelResult of the labeled pairs.
+
+    Example:
+        ::
+
+            result = label_sentences("sentences.txt", "silver", "runs/<run>/models/teacher.json", strategy="bm25", top_k=5)
+            result.labeled  # 5 x the distinct sentences, less the pairs found twice
+    """
+    if strategy not in STRATEGIES:
+        raise SpecError(f"strategy {strategy!r}: a sentence list is paired with one of {', '.join(STRATEGIES)}")
+    spec = _labeling_spec(spec, settings, address)
+    loaded = _teacher(teacher)
+    if strategy == "bm25" and pairs is not None:
+        raise SpecError("--pairs draws random pairs; --strategy bm25 pairs each sentence with its --top-k BM25 neighbours")
+    named = isinstance(sentences, (str, Path))
+    origin = str(sentences) if named else "the sentence list"
+    pool = SentencePool(read_sentences(Path(sentences)) if named else [str(sentence) for sentence in sentences])
+    n_random = _random_pairs(pool, strategy, pairs, top_k, origin)
+    job = LabelJob(loaded, spec, strategy=strategy)
+    output = Path(output)
+    check_output_dir(output, "--output")  # before Ray starts and the pairs are made
+    init_ray(address, dashboard=False)
+    here = labels_in_process(spec, address)  # the pairs were made on this machine's Ray
+    candidates = candidate_table(strategy, pool, NO_PAIRS, SamplingSpec(strategies=[strategy], top_k=top_k), seed, n_random=n_random)
+    return label_dataset(candidates, output, job, output / "_candidates" / f"{strategy}.parquet", here)
+
+
+def _labeling_spec(spec: LabelingSpec | None, settings: dict[str, Any], address: str | None) -> LabelingSpec:
+    """``spec``, or one made of ``settings``; bf16 asked of this machine's CPU must be there."""
+    if spec is not None and settings:
+        raise TypeError(f"give a LabelingSpec or its settings, not both (got {', '.join(settings)})")
+    spec = spec if spec is not None else LabelingSpec(**settings)
+    check_cpu_bf16(address, {"labeling.precision bf16": spec.bf16_on_cpu})
+    return spec
+
+
+def _teacher(teacher: Teacher | str | Path) -> Teacher:
+    """A Teacher as given, the teacher.json file a path names, else a cross-encoder by name."""
+    if isinstance(teacher, Teacher):
+        return teacher
+    path = Path(teacher)
+    return Teacher.load(path) if path.is_file() else Teacher.cross_encoder(resolve_model(str(teacher)))
+
+
+def _text_columns(text_columns: str | Sequence[str]) -> tuple[str, str]:
+    columns = tuple(text_columns.split(",")) if isinstance(text_columns, str) else tuple(text_columns)
+    if len(columns) != 2 or not all(columns):
+        raise SpecError(f"--text-columns expects two names, e.g. sentence1,sentence2; got {text_columns!r}")
+    return columns[0], columns[1]
+
+
+def _patterns(inputs: str | Path | Sequence[str | Path]) -> str | list[str]:
+    """The engine's input patterns: a path as text, a list of paths as texts."""
+    if isinstance(inputs, Path):
+        return str(inputs)
+    return [str(path) for path in inputs] if isinstance(inputs, (list, tuple)) else inputs  # type: ignore[return-value]
+
+
+def _random_pairs(pool: SentencePool, strategy: str, pairs: int | None, top_k: int, origin: str) -> int:
+    """``pairs``, else ``top_k`` per sentence, as far as the pool has pairs; checked before Ray starts."""
+    available = available_pairs(pool, NO_PAIRS)
+    if strategy == "bm25":
+        try:
+            check_top_k(pool, top_k, "--top-k")
+        except ValueError as exc:
+            raise SpecError(f"--sentences {origin}: {exc}") from None
+    elif pairs is not None and pairs > available:
+        raise SpecError(f"--pairs {pairs}: the {len(pool)} distinct sentences of {origin} make only {available} pairs")
+    return pairs or min(top_k * len(pool), available)
