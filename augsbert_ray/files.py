@@ -10,6 +10,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+__all__ = ["atomic_path", "atomic_write_text", "files_digest"]
+
 
 @contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:

@@ -4,7 +4,7 @@ fp32, interleaved so that both meet the same machine load. It prints whether the
 (``augsbert_ray.runtime.cpu_has_bf16``: AVX512-BF16 or AMX), which decides whether `augsbert run` and `augsbert
 label` accept bf16 on CPU.
 
-    .venv/bin/python bench/cpu_bf16.py --model mpnet --repeats 2
+    .venv/bin/python -m bench.cpu_bf16 --model mpnet --repeats 2
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from sentence_transformers import CrossEncoder
 
-from augsbert_ray.models import resolve_model
+import augsbert_ray as ar
 from augsbert_ray.runtime import configure_torch_threads, cpu_has_bf16
 
 FIRST = "A man is playing a guitar on the stage tonight while the crowd sings along."
@@ -43,7 +43,7 @@ def main() -> None:
     args = parser.parse_args()
     configure_torch_threads(args.threads)
 
-    cross_encoder = CrossEncoder(resolve_model(args.model), num_labels=1)
+    cross_encoder = CrossEncoder(ar.resolve_model(args.model), num_labels=1)
     model, tokenizer = cross_encoder.model, cross_encoder.tokenizer
 
     def batch(size: int) -> dict:

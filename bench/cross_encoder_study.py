@@ -1,8 +1,8 @@
 """Why is the cross-encoder weak? Fit it on the same gold subset as a job would, over a grid of learning
 rates and epochs, and score it on the dev split (never test): the reproduction picks its settings from this.
 
-    .venv/bin/python bench/cross_encoder_study.py --dataset stsb --train-limit 1000 --lrs 2e-5 5e-5 1e-4 --epochs 4
-    .venv/bin/python bench/cross_encoder_study.py --dataset bws --bws-split cross-topic --lrs 2e-5 1e-4
+    .venv/bin/python -m bench.cross_encoder_study --dataset stsb --train-limit 1000 --lrs 2e-5 5e-5 1e-4 --epochs 4
+    .venv/bin/python -m bench.cross_encoder_study --dataset bws --bws-split cross-topic --lrs 2e-5 1e-4
 
 Runs in this process (no Ray), with the job's cross-encoder recipe: both orders, BCE on a sigmoid head,
 batch 16, 10% warmup, the packaged MiniLM with a fresh one-logit head. Prints one line per setting and
@@ -19,13 +19,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
+import augsbert_ray as ar
 from augsbert_ray.config import CrossEncoderSpec, DataSpec
 from augsbert_ray.data import load_gold
 from augsbert_ray.evaluation import metrics_from_scores, score_pairs
-from augsbert_ray.models import resolve_model
 from augsbert_ray.runtime import configure_torch_threads
-from augsbert_ray.training.cross_encoder import both_orders
-from augsbert_ray.training.ray_fit import training_arguments
+from augsbert_ray.training import both_orders, training_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +40,7 @@ def fit_cross_encoder(train: pa.Table, spec: CrossEncoderSpec, seed: int, output
     set_seed(seed)  # before the model: its new head draws from the global RNG, as in the job's worker_setup
     table = train.select(["sentence1", "sentence2", "label"])
     table = both_orders(table) if spec.both_orders else table
-    model = CrossEncoder(resolve_model(spec.model), num_labels=1, max_length=spec.max_seq_length)
+    model = CrossEncoder(ar.resolve_model(spec.model), num_labels=1, max_length=spec.max_seq_length)
     args = training_arguments(CrossEncoderTrainingArguments, spec, seed, output_dir, False, distributed=False)
     started = time.perf_counter()
     CrossEncoderTrainer(model=model, args=args, train_dataset=Dataset(table), loss=BinaryCrossEntropyLoss(model)).train()

@@ -6,8 +6,8 @@ Two files of the same pairs: written with minimal quoting (a field quoted only w
 line end, as pandas and csv.writer write by default) and with every field quoted (the quote-heavy worst case: two
 quoted fields and two escaped quotes per record).
 
-    .venv/bin/python bench/csv_plan.py                 # 1,000,000 pairs
-    .venv/bin/python bench/csv_plan.py --pairs 200000
+    .venv/bin/python -m bench.csv_plan                 # 1,000,000 pairs
+    .venv/bin/python -m bench.csv_plan --pairs 200000
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pyarrow.csv as pacsv
 
-from augsbert_ray.labeling.plan import plan_shards
+from augsbert_ray.labeling import plan_shards
 
 
 def write_pairs(path: Path, pairs: int, quoting: int) -> None:

@@ -15,9 +15,9 @@
 4. The same comparison for an mpnet cross-encoder (from ``--mpnet``: a model directory, or one holding only its
    config and tokenizer, when its weights are drawn at random: the same speed, not the same scores).
 
-    python bench/gpu_path.py --minilm DIR --mpnet DIR            # where a GPU is (docs/BENCHMARKS.md)
-    python bench/gpu_path.py --teacher DIR --dev FILE --mpnet DIR --out F   # labeling only, with a trained teacher
-    .venv/bin/python bench/gpu_path.py --smoke                   # without one: the same code at toy sizes on CPU
+    python -m bench.gpu_path --minilm DIR --mpnet DIR            # where a GPU is (docs/BENCHMARKS.md)
+    python -m bench.gpu_path --teacher DIR --dev FILE --mpnet DIR --out F   # labeling only, with a trained teacher
+    .venv/bin/python -m bench.gpu_path --smoke                   # without one: the same code at toy sizes on CPU
 
 The figures are written to --out as JSON and printed.
 """
@@ -43,14 +43,11 @@ import pyarrow.parquet as pq
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from label_throughput import STSB_1K, engine_run, gold_spearman, recombined_pairs, scores_by_id, stsb_1k_teacher, stsb_sentences  # noqa: E402
-
-from augsbert_ray.config import LabelingSpec, load_spec  # noqa: E402
-from augsbert_ray.labeling.backend import PairModel, weights_dtype  # noqa: E402
-from augsbert_ray.labeling.scorer import PairScorer  # noqa: E402
-from augsbert_ray.models import resolve_model  # noqa: E402
-from augsbert_ray.runtime import init_ray, setup_logging  # noqa: E402
-from augsbert_ray.stages import RunContext, plain_fit, read_gold  # noqa: E402
+import augsbert_ray as ar  # noqa: E402
+from augsbert_ray.pipeline import PlainFit, RunContext, read_gold  # noqa: E402
+from augsbert_ray.runtime import init_ray  # noqa: E402
+from augsbert_ray.scoring import CrossEncoderScorer  # noqa: E402
+from bench.label_throughput import STSB_1K, engine_run, gold_spearman, recombined_pairs, scores_by_id, stsb_1k_teacher, stsb_sentences  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # (precision, batch size, actors sharing the GPU) of the engine runs
@@ -69,10 +66,10 @@ def timed_fits(minilm: str, work: Path, data_dir: Path, gpu: bool, smoke: bool) 
     teacher, dev_file = stsb_1k_teacher(work, data_dir, overrides)
     figures = {"cross_encoder_stsb_1k": {"seconds": round(time.perf_counter() - started, 1), "trained_on": teacher.trained_on}}
     for name, limit in (("sbert_stsb_1k", []), ("sbert_stsb_all", small or ["data.train_limit=null"])):
-        ctx = RunContext.open(load_spec(STSB_1K, [f"output_dir={work}", *overrides, *limit]), work / name)
-        gold = read_gold(ctx, data_dir)
+        ctx = RunContext.open(ar.load_spec(STSB_1K, [f"output_dir={work}", *overrides, *limit]), work / name, data_dir)
+        gold = read_gold(ctx)
         started = time.perf_counter()
-        trained_on = plain_fit(ctx, "sbert", [gold.train_file])["trained_on"]
+        trained_on = PlainFit().fit(ctx, "sbert", [gold.train_file]).trained_on
         figures[name] = {"seconds": round(time.perf_counter() - started, 1), "trained_on": trained_on}
     return figures, teacher.model_dir, dev_file
 
@@ -84,7 +81,7 @@ def actor_cpus(actors: int) -> int:
 
 def engine_rate(model: str, input_file: Path, output: Path, precision: str, batch: int, actors: int, gpu: bool) -> dict[str, Any]:
     """One `augsbert label` call's pairs/s (actor start and model load included) and its actors' rate in shards."""
-    spec = LabelingSpec(batch_size=batch, min_actors=actors, max_actors=actors, cpus_per_actor=actor_cpus(actors),
+    spec = ar.LabelingSpec(batch_size=batch, min_actors=actors, max_actors=actors, cpus_per_actor=actor_cpus(actors),
                         gpus_per_actor=1 / actors if gpu else 0, precision=precision,
                         shard_rows=max(1000, pq.read_metadata(input_file).num_rows // (2 * actors)))
     seconds, totals = engine_run(model, input_file, output, spec)
@@ -133,13 +130,13 @@ def synchronize() -> None:
 
 def one_actor_steps(model: str, pairs: list[tuple[str, str]], precision: str, batch: int, threads: int) -> dict[str, float]:
     """Pairs/s of each step one actor takes, run one after another in this process: tokenize (one thread, then the
-    actor's ``threads``), pad (length-sorted batches), score (copy in, model, copy out: PairModel.score; a first pass,
+    actor's ``threads``), pad (length-sorted batches), score (copy in, model, copy out: the scorer's model; a first pass,
     then a second), and the model alone on batches already on the device; at bf16/fp16 on GPU also fp32 weights under
     autocast."""
     import torch
 
-    pair_model = PairModel(model, precision, threads, None, None, "torch", gpu=True)
-    scorer = PairScorer(pair_model, batch)
+    scorer = CrossEncoderScorer(model, batch, precision, threads, runtime="torch", gpu=True)
+    pair_model = scorer.model
     first, second = [a for a, _ in pairs], [b for _, b in pairs]
     steps: dict[str, float] = {}
     for name, parallel in (("tokenize_1_thread", False), (f"tokenize_{threads}_threads", pair_model.device == "cuda")):
@@ -161,14 +158,14 @@ def one_actor_steps(model: str, pairs: list[tuple[str, str]], precision: str, ba
         steps[name] = time.perf_counter() - started
     on_device = [{name: torch.from_numpy(f[name]).to(pair_model.device) for name in pair_model.input_names} for f in batches]
     steps["model_only"] = model_seconds(pair_model, on_device, contextlib.nullcontext)
-    half = weights_dtype(precision)
-    if half is not None and pair_model.device == "cuda":
+    half = next(pair_model.cross_encoder.parameters()).dtype  # the weights' dtype at this precision
+    if half != torch.float32 and pair_model.device == "cuda":
         pair_model.cross_encoder.to(torch.float32)
         steps["model_only_autocast"] = model_seconds(pair_model, on_device, lambda: torch.autocast("cuda", dtype=half))
     return {name: round(len(pairs) / seconds, 1) for name, seconds in steps.items()}
 
 
-def model_seconds(pair_model: PairModel, on_device: list[dict[str, Any]], context: Callable[[], Any]) -> float:
+def model_seconds(pair_model: Any, on_device: list[dict[str, Any]], context: Callable[[], Any]) -> float:
     """Seconds of the model's forward passes over the batches in ``context``, after a warm-up pass over each batch."""
     import torch
 
@@ -297,7 +294,7 @@ def main() -> None:
         args.pairs, args.large_pairs, args.mpnet_pairs = 600, 2000, 200
     import torch
 
-    setup_logging()
+    ar.setup_logging()
     gpu = torch.cuda.is_available()
     work = Path(tempfile.mkdtemp(prefix="gpu_path_"))
     init_ray(dashboard=not args.teacher)  # the fits' Ray Train needs the dashboard; labeling alone does not
@@ -314,7 +311,7 @@ def main() -> None:
             teacher, dev_file = args.teacher, args.dev
             results["teacher"] = teacher
         else:
-            results["fits"], teacher_dir, dev_file = timed_fits(resolve_model(args.minilm), work, Path(args.data_dir), gpu, args.smoke)
+            results["fits"], teacher_dir, dev_file = timed_fits(ar.resolve_model(args.minilm), work, Path(args.data_dir), gpu, args.smoke)
             teacher = str(teacher_dir)
             results["teacher"] = "the MiniLM cross-encoder fitted above (STSb-1k)"
             print(f"fits: {results['fits']}", flush=True)
@@ -322,7 +319,7 @@ def main() -> None:
         results["minilm"] = minilm_figures(teacher, dev_file, pairs, work, gpu, work / "large_pairs.parquet")
         save(results, started, args.out)
     if args.part in ("all", "mpnet"):
-        results["mpnet"] = mpnet_figures(resolve_model(args.mpnet), table.slice(0, args.mpnet_pairs), work, gpu)
+        results["mpnet"] = mpnet_figures(ar.resolve_model(args.mpnet), table.slice(0, args.mpnet_pairs), work, gpu)
     save(results, started, args.out)
 
 

@@ -2,14 +2,14 @@
 
 (a) sentence-transformers CrossEncoder.predict, batch 64 (the reference), and sentence-transformers' own ONNX
     backend (CrossEncoder(backend="onnx") and its dynamic int8 export), which needs an older sentence-transformers:
-    it runs in .venv-st-onnx, made on first use (bench/st_onnx_reference.py); where it cannot, the output says why
+    it runs in .venv-st-onnx, made on first use (bench.st_onnx_reference); where it cannot, the output says why
 (b) the labeling engine at fp32 (runtime auto: ONNX Runtime on CPU)   (c) the engine at int8 (ONNX Runtime)
 and, for comparison, the engine at fp32 on torch (`--runtime torch`) and at bf16 (bf16 weights on torch,
 fast where the CPU has bf16 instructions: AVX512-BF16 or AMX)
 on STSb-recombined pairs with the packaged MiniLM and a fresh one-logit head (seed 0), or with `--teacher stsb_1k`,
 the MiniLM cross-encoder fitted on STSb-1k as jobs/stsb_indomain_all_strategies.yaml fits it (kept in --work and
 reused), whose Spearman against gold on STSb dev is then reported for fp32, int8 and bf16 as well, or with
-`--teacher DIR --dev FILE`, any trained cross-encoder (e.g. the mpnet one bench/teacher_study.py fits) and the gold
+`--teacher DIR --dev FILE`, any trained cross-encoder (e.g. the mpnet one bench.teacher_study fits) and the gold
 dev split it is scored on (a parquet file with sentence1, sentence2, label).
 FLOP utilization = useful transformer FLOPs (from the unpadded token counts the engine records)
 per second of (b), over the fp32 peak of a 2048x2048 torch matmul measured in this run; per second of the
@@ -18,14 +18,14 @@ peak of the same matmul in ONNX Runtime, whose kernels (b) runs.
 Peak RSS: the `augsbert label` process tree (driver, Ray services, actors), sampled every 0.5 s,
 labeling N pairs with a tiny BERT.
 
-    .venv/bin/python bench/label_throughput.py            # the figures in docs/BENCHMARKS.md
-    .venv/bin/python bench/label_throughput.py --pairs 500 --rss-pairs 2000,20000   # a quick check
-    .venv/bin/python bench/label_throughput.py --teacher stsb_1k --rss-pairs skip    # int8 on a trained teacher
-    .venv/bin/python bench/label_throughput.py --teacher runs/teacher_study/bws_cross_topic-seed42/models/cross_encoder \
+    .venv/bin/python -m bench.label_throughput            # the figures in docs/BENCHMARKS.md
+    .venv/bin/python -m bench.label_throughput --pairs 500 --rss-pairs 2000,20000   # a quick check
+    .venv/bin/python -m bench.label_throughput --teacher stsb_1k --rss-pairs skip    # int8 on a trained teacher
+    .venv/bin/python -m bench.label_throughput --teacher runs/teacher_study/bws_cross_topic-seed42/models/cross_encoder \
         --dev runs/teacher_study/bws_cross_topic-seed42/gold/dev.parquet --pairs 500 --rss-pairs skip \
         --out bench/results/label_throughput_mpnet_bws.json
 
-bench/gpu_path.py measures the GPU path (bf16/fp16, actors sharing a GPU) on a machine that has one.
+bench.gpu_path measures the GPU path (bf16/fp16, actors sharing a GPU) on a machine that has one.
 """
 
 from __future__ import annotations
@@ -49,12 +49,12 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from augsbert_ray.config import LabelingSpec, SamplingSpec, load_spec  # noqa: E402
-from augsbert_ray.labeling import LabelJob, Teacher, label_files  # noqa: E402
-from augsbert_ray.models import build_tiny_bert, resolve_model  # noqa: E402
+import augsbert_ray as ar  # noqa: E402
+from augsbert_ray.config import SamplingSpec  # noqa: E402
+from augsbert_ray.models import build_tiny_bert  # noqa: E402
+from augsbert_ray.pipeline import FitRecord, RunContext, read_gold, train_cross_encoder  # noqa: E402
 from augsbert_ray.runtime import init_ray  # noqa: E402
 from augsbert_ray.sampling import SentencePool, candidate_table  # noqa: E402
-from augsbert_ray.stages import Fit, RunContext, read_gold, train_cross_encoder  # noqa: E402
 
 STSB_1K = ROOT / "jobs" / "stsb_indomain_all_strategies.yaml"
 THREADS = 2  # this machine's cores; the reference uses torch's default (all cores), the actor reserves both
@@ -80,11 +80,11 @@ def recombined_pairs(sentences: list[str], count: int, seed: int) -> pa.Table:
     return table.append_column("pair_id", pa.array(np.arange(table.num_rows), pa.int64()))
 
 
-def stsb_1k_teacher(work: Path, data_dir: Path, overrides: list[str]) -> tuple[Fit, Path]:
+def stsb_1k_teacher(work: Path, data_dir: Path, overrides: list[str]) -> tuple[FitRecord, Path]:
     """The MiniLM cross-encoder the STSb-1k job fits (on Ray Train; reused when ``work`` holds it already), and the
     job's gold dev split."""
-    ctx = RunContext.open(load_spec(STSB_1K, [f"output_dir={work}", *overrides]), work / "stsb_1k")
-    return train_cross_encoder(ctx, read_gold(ctx, data_dir)), ctx.layout.split("gold", "dev")
+    ctx = RunContext.open(ar.load_spec(STSB_1K, [f"output_dir={work}", *overrides]), work / "stsb_1k", data_dir)
+    return train_cross_encoder(ctx, read_gold(ctx)), ctx.layout.split("gold", "dev")
 
 
 def gold_spearman(model: str, dev_file: Path, work: Path, precisions: list[str], gpus: float = 0) -> dict[str, float]:
@@ -95,8 +95,8 @@ def gold_spearman(model: str, dev_file: Path, work: Path, precisions: list[str],
     pq.write_table(gold.select(["sentence1", "sentence2"]).append_column("pair_id", pa.array(np.arange(gold.num_rows))), work / "dev.parquet")
     figures = {}
     for precision in precisions:
-        spec = LabelingSpec(batch_size=64, cpus_per_actor=THREADS if not gpus else 1, gpus_per_actor=gpus, precision=precision)
-        label_files(str(work / "dev.parquet"), work / f"dev_{precision}", LabelJob(Teacher.cross_encoder(model), spec, "bench"))
+        spec = ar.LabelingSpec(batch_size=64, cpus_per_actor=THREADS if not gpus else 1, gpus_per_actor=gpus, precision=precision)
+        ar.label_files(work / "dev.parquet", work / f"dev_{precision}", ar.Teacher.cross_encoder(model), spec)
         figures[precision] = round(100 * float(spearmanr(scores_by_id(work / f"dev_{precision}"), gold.column("label").to_numpy())[0]), 2)
     return figures
 
@@ -171,15 +171,15 @@ def st_onnx_python(venv: Path = ST_ONNX_VENV) -> Path:
 
 def sentence_transformers_onnx(model_dir: Path, pairs_file: Path, work: Path) -> dict:
     """sentence-transformers' ONNX backend at fp32 and its dynamic int8 export, in its own venv
-    (bench/st_onnx_reference.py): seconds and scores of each, or ``{"unavailable": reason}`` when that venv cannot be
+    (bench.st_onnx_reference): seconds and scores of each, or ``{"unavailable": reason}`` when that venv cannot be
     made or the backend fails."""
     own_dir = work / "st_onnx"  # the export writes onnx/ into the model's folder: a copy, not the engine's input
     shutil.copytree(model_dir, own_dir, ignore=shutil.ignore_patterns("onnx"))
     out = work / "st_onnx.npz"
     try:
         python = st_onnx_python()
-        subprocess.run([str(python), str(ROOT / "bench" / "st_onnx_reference.py"), str(own_dir), str(pairs_file), str(out)],
-                       check=True, capture_output=True, text=True)
+        subprocess.run([str(python), "-m", "bench.st_onnx_reference", str(own_dir), str(pairs_file), str(out)],
+                       check=True, capture_output=True, text=True, cwd=ROOT)
     except subprocess.CalledProcessError as exc:
         return {"unavailable": f"{exc.cmd[0]} exited {exc.returncode}: {(exc.stderr or '').strip().splitlines()[-1:]}"}
     except OSError as exc:
@@ -188,19 +188,19 @@ def sentence_transformers_onnx(model_dir: Path, pairs_file: Path, work: Path) ->
     return {name: (float(measured[f"{name}_seconds"]), measured[f"{name}_scores"]) for name in ("st_onnx_fp32", "st_onnx_int8")}
 
 
-def engine_run(model: str, input_file: Path, output: Path, spec: LabelingSpec) -> tuple[float, dict]:
+def engine_run(model: str, input_file: Path, output: Path, spec: ar.LabelingSpec) -> tuple[float, dict]:
     """Seconds of the whole call, and the totals with ``shard_seconds``: the actors' summed time inside their shards
     (read, tokenize, score, write), which leaves out Ray's start, the model load and the ONNX export."""
     start = time.perf_counter()
-    result = label_files(str(input_file), output, LabelJob(Teacher.cross_encoder(model), spec, "bench"))
+    result = ar.label_files(input_file, output, ar.Teacher.cross_encoder(model), spec)
     seconds = time.perf_counter() - start
     shards = json.loads(result.manifest.read_text())["shards"].values()
     return seconds, {**result.totals, "shard_seconds": sum(shard["seconds"] for shard in shards)}
 
 
-def cpu_spec(precision: str, runtime: str = "auto") -> LabelingSpec:
+def cpu_spec(precision: str, runtime: str = "auto") -> ar.LabelingSpec:
     """The CPU engine of these figures: one actor with this machine's cores, batch 64."""
-    return LabelingSpec(batch_size=64, cpus_per_actor=THREADS, precision=precision, runtime=runtime, shard_rows=5_000)
+    return ar.LabelingSpec(batch_size=64, cpus_per_actor=THREADS, precision=precision, runtime=runtime, shard_rows=5_000)
 
 
 def scores_by_id(output: Path) -> np.ndarray:
@@ -277,7 +277,7 @@ def main() -> None:
     else:
         torch.manual_seed(0)
         model_dir = work / "minilm_fresh_head"
-        CrossEncoder(resolve_model("minilm"), num_labels=1).save_pretrained(str(model_dir))
+        CrossEncoder(ar.resolve_model("minilm"), num_labels=1).save_pretrained(str(model_dir))
     load_before = os.getloadavg()[0]
 
     peak = matmul_peak(THREADS)

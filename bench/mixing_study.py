@@ -3,7 +3,7 @@ and silver files with the gold pairs weighted up (repeated within the epoch) or 
 only) and the job's plain mix, for a few seeds, and score each on the dev split; test is printed beside it but never
 used to choose.
 
-    .venv/bin/python bench/mixing_study.py runs/study/stsb_1k-topk-study-seed42-* \
+    .venv/bin/python -m bench.mixing_study runs/study/stsb_1k-topk-study-seed42-* \
         --silver tuning_silver/top_k3/silver/bm25 --seeds 42 43
 
 A variant costs one or two bi-encoder fits in this process (no cross-encoder refit, no Ray). Appends one row per
@@ -23,12 +23,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from augsbert_ray.config import BiEncoderSpec, load_spec
+import augsbert_ray as ar
+from augsbert_ray.config import BiEncoderSpec
 from augsbert_ray.evaluation import evaluate
-from augsbert_ray.models import resolve_model
 from augsbert_ray.runtime import configure_torch_threads
-from augsbert_ray.training.ray_fit import read_training_pairs
-from refit import fit_student
+from augsbert_ray.training import read_training_pairs
+from bench.refit import fit_student
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,7 +76,7 @@ def main() -> None:
     args = parser.parse_args()
     configure_torch_threads(args.threads)
 
-    spec = load_spec(args.run / "spec.yaml")
+    spec = ar.load_spec(args.run / "spec.yaml")
     if spec.scenario != "in-domain":
         raise SystemExit(f"{args.run}: scenario {spec.scenario!r}, expected in-domain")
     silver_files = sorted((args.run / args.silver).glob("part-*.parquet"))
@@ -85,7 +85,7 @@ def main() -> None:
     gold = read_training_pairs([(str(args.run / "gold" / "train.parquet"), "label")])
     silver = read_training_pairs([(str(path), "score") for path in silver_files])
     dev, test = (pq.read_table(args.run / "gold" / f"{split}.parquet") for split in ("dev", "test"))
-    backbone = resolve_model(spec.bi_encoder.model)
+    backbone = ar.resolve_model(spec.bi_encoder.model)
     out = Path(args.json)
     results = json.loads(out.read_text()) if out.exists() else {}
     rows = results.setdefault(f"{args.run.name}/{args.silver}", {})

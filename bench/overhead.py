@@ -2,8 +2,8 @@
 
 (1) Labeling, whole command: `augsbert label` with its defaults (one CPU actor with 2 CPUs, ONNX Runtime fp32,
     batch 64: the labeler runs in the command's own process, no Ray), the same on an embedded Ray's actor pool
-    (`--actors 1:2`; with 2 CPUs per actor on 2 cores, one actor runs), and `bench/overhead.py --plain-loop` (the
-    same PairModel and PairScorer in a plain loop, windows of 4,096 pairs), each timed from process start to exit,
+    (`--actors 1:2`; with 2 CPUs per actor on 2 cores, one actor runs), and `python -m bench.overhead --plain-loop`
+    (the same CrossEncoderScorer in a plain loop, windows of 4,096 pairs), each timed from process start to exit,
     on 2,000 and 20,000 random STSb pairs with MiniLM and a fresh one-logit head (seed 0); peak PSS of each
     process tree (sampled every 0.25 s); the commands' scores compared.
 (2) BM25 top-5 over 100,000 edited STSb/BWS sentences: augsbert_ray.sampling.sample_bm25 against plain bm25s (numba
@@ -17,9 +17,9 @@
 
 Ratios are speeds: engine / plain >= 1 means the engine is as fast. Each pair of runs alternates its order.
 
-    .venv/bin/python bench/overhead.py                       # the figures in docs/BENCHMARKS.md
-    .venv/bin/python bench/overhead.py --sizes 2000 --repeats 1 --bm25-sentences 10000   # a quick check
-    .venv/bin/python bench/overhead.py --census 20000 --out bench/results/ray_processes.json
+    .venv/bin/python -m bench.overhead                       # the figures in docs/BENCHMARKS.md
+    .venv/bin/python -m bench.overhead --sizes 2000 --repeats 1 --bm25-sentences 10000   # a quick check
+    .venv/bin/python -m bench.overhead --census 20000 --out bench/results/ray_processes.json
 """
 
 from __future__ import annotations
@@ -47,20 +47,19 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 THREADS = 2  # this machine's cores: the engine's one actor reserves both, the plain loop runs on both
 BATCH = 64
 WINDOW = 4096  # the engine's window (labeling.scorer.WINDOW)
+PLAIN_LOOP = [sys.executable, "-m", "bench.overhead", "--plain-loop"]  # run from ROOT (watched_command)
 
 
 def plain_loop(input_file: Path, output: Path, model: str) -> None:
     """The engine's scorer with no Ray: read windows, score, write one Parquet file (what a user would write)."""
-    from augsbert_ray.labeling.backend import PairModel
-    from augsbert_ray.labeling.scorer import COUNT_KEYS, PairScorer
+    from augsbert_ray.scoring import CrossEncoderScorer
 
-    scorer = PairScorer(PairModel(model, "fp32", THREADS, None, output / "_onnx", "auto"), BATCH)
-    stats = dict.fromkeys(COUNT_KEYS, 0)
+    scorer = CrossEncoderScorer(model, BATCH, "fp32", THREADS, runtime="auto", cache_dir=output / "_onnx")
     output.mkdir(parents=True, exist_ok=True)
     writer = None
     for batch in pq.ParquetFile(input_file).iter_batches(batch_size=WINDOW):
         table = pa.Table.from_batches([batch])
-        scores = scorer.score(table.column("sentence1").to_pylist(), table.column("sentence2").to_pylist(), stats)
+        scores = scorer.score(table.column("sentence1").to_pylist(), table.column("sentence2").to_pylist())  # counts tokens, as the engine
         table = table.append_column("score", pa.array(scores, pa.float32()))
         writer = writer or pq.ParquetWriter(output / "scores.parquet", table.schema)
         writer.write_table(table)
@@ -69,9 +68,10 @@ def plain_loop(input_file: Path, output: Path, model: str) -> None:
 
 
 def watched_command(command: list[str], env: dict[str, str], every: float, sample: Callable[[list[psutil.Process]], None]) -> float:
-    """Run ``command`` to its end, calling ``sample`` with its process tree every ``every`` seconds; its seconds."""
+    """Run ``command`` from the checkout's root (``bench`` importable) to its end, calling ``sample`` with its process
+    tree every ``every`` seconds; its seconds."""
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True, cwd=ROOT)
     root = psutil.Process(process.pid)
     while process.poll() is None:
         try:
@@ -107,7 +107,7 @@ def process_role(process: psutil.Process) -> str:
     script it runs, or the name Ray's dashboard gives its module processes."""
     command = process.cmdline()
     scripts = {"dashboard.py": "dashboard", "monitor.py": "autoscaler monitor", "log_monitor.py": "log monitor",
-               "default_worker.py": "worker (starting)", "overhead.py": "plain loop"}
+               "default_worker.py": "worker (starting)", "bench.overhead": "plain loop"}
     titles = {"ray::MapWorker": "labeling actor", "ray::IDLE": "idle worker", "ray::DashboardAgent": "dashboard agent",
               "ray::RuntimeEnvAgent": "runtime env agent"}
     if command and command[0].startswith("ray::"):
@@ -153,7 +153,7 @@ def ray_census(size: int, data_dir: Path, work: Path) -> dict:
     model, pairs, env = prepared_labeling(size, data_dir, work)
     label = [sys.executable, "-m", "augsbert_ray.cli", "label", "--model", str(model), "--input", str(pairs),
              "--cpus-per-actor", str(THREADS), "--batch-size", str(BATCH), "--actors", "1:2", "--output"]
-    plain = [sys.executable, str(Path(__file__).resolve()), "--plain-loop", str(pairs), str(work / "census_plain"), str(model)]
+    plain = [*PLAIN_LOOP, str(pairs), str(work / "census_plain"), str(model)]
     results: dict = {"pairs": size}
     for name, command, extra in (("plain", plain, {}), ("pool_default", [*label, str(work / "census_pool_default")], {}),
                                  ("pool_niceness_0", [*label, str(work / "census_pool_niceness_0")], {"RAY_worker_niceness": "0"})):
@@ -167,21 +167,20 @@ def prepared_labeling(size: int, data_dir: Path, work: Path) -> tuple[Path, Path
     import torch
     from sentence_transformers import CrossEncoder
 
-    from augsbert_ray.models import resolve_model
-
-    from label_throughput import recombined_pairs, stsb_sentences  # bench/ is this script's directory; imported here, not in the plain loop
+    import augsbert_ray as ar
+    from bench.label_throughput import recombined_pairs, stsb_sentences  # imported here, not in the plain loop
 
     model = work / "minilm_fresh_head"
     if not model.exists():
         torch.manual_seed(0)
-        CrossEncoder(resolve_model("minilm"), num_labels=1).save_pretrained(str(model))
+        CrossEncoder(ar.resolve_model("minilm"), num_labels=1).save_pretrained(str(model))
     pairs = work / f"pairs_{size}.parquet"
     pq.write_table(recombined_pairs(stsb_sentences(data_dir), size, seed=0), pairs)
     return model, pairs, {**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="ray", dir="/tmp")}
 
 
 def labeling(sizes: list[int], repeats: int, data_dir: Path, work: Path) -> dict:
-    from label_throughput import scores_by_id
+    from bench.label_throughput import scores_by_id
 
     results = {}
     for size in sizes:
@@ -192,8 +191,7 @@ def labeling(sizes: list[int], repeats: int, data_dir: Path, work: Path) -> dict
             label = [sys.executable, "-m", "augsbert_ray.cli", "label", "--model", str(model), "--input", str(pairs),
                      "--cpus-per-actor", str(THREADS), "--batch-size", str(BATCH), "--output"]
             commands = {
-                "plain": [sys.executable, str(Path(__file__).resolve()), "--plain-loop", str(pairs),
-                          str(work / f"plain_{size}_{repeat}"), str(model)],
+                "plain": [*PLAIN_LOOP, str(pairs), str(work / f"plain_{size}_{repeat}"), str(model)],
                 "engine": [*label, str(work / f"engine_{size}_{repeat}")],
                 "engine_ray": [*label, str(work / f"engine_ray_{size}_{repeat}"), "--actors", "1:2"],
             }
@@ -220,11 +218,8 @@ def labeling(sizes: list[int], repeats: int, data_dir: Path, work: Path) -> dict
 def bm25(sentence_count: int, repeats: int, data_dir: Path) -> dict:
     import bm25s
 
-    from augsbert_ray.sampling import SentencePool, sample_bm25
-    from augsbert_ray.sampling.bm25 import bm25_neighbours
-    from augsbert_ray.sampling.neighbours import search_depth, top_k_pairs
-
-    from corpus import edited_corpus
+    from augsbert_ray.sampling import SentencePool, bm25_neighbours, sample_bm25, search_depth, top_k_pairs
+    from bench.corpus import edited_corpus
 
     pool = SentencePool(edited_corpus(sentence_count, data_dir=data_dir))
     none = np.zeros(0, dtype=np.int64)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from augsbert_ray.config import BiEncoderSpec
-from augsbert_ray.training.bi_encoder import bi_encoder_loss
-from augsbert_ray.training.ray_fit import training_arguments
+from augsbert_ray.training import bi_encoder_loss, training_arguments
 
 
 def fit_student(pairs: pa.Table, start: str, encoder: BiEncoderSpec, seed: int, output_dir: str) -> None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The teacher study's remaining cells and the reproduction with the best-on-dev teacher and the MiniLM student
 # (docs/RESULTS_BEST_TEACHER.md), one resumable step at a time, in the order of QUEUE. For an in-domain seed, the
-# study cell (bench/teacher_study.py) comes first, and its fitted teachers are given to that seed's parts. The
+# study cell (bench.teacher_study) comes first, and its fitted teachers are given to that seed's parts. The
 # teacher of each task is fixed once in COMMITTED/choice.json, from the study's `best_on_dev` (dev scores only); the
 # transfer experiments take STSb-1k's. A part whose study fits are not on this machine (the cell was committed from
 # another) fits its teacher on its own gold train split, or copies it from a finished sibling part here.
@@ -9,12 +9,12 @@
 # state on the same machine. A finished part's metrics.json, spec.yaml and host.json are copied into COMMITTED; the
 # study's cells accumulate in bench/results/teacher_study.json.
 # Arguments, if any, replace QUEUE (e.g. one lane of a GPU machine), and REPRODUCE_ARGS goes to every
-# `augsbert reproduce` (e.g. --gpu).
+# `python -m bench.reproduce` (e.g. --gpu).
 #   make models && bench/reproduce_best_teacher.sh
 #   REPRODUCE_ARGS=--gpu RAY_TMPDIR=/tmp/ray-lane1 bench/reproduce_best_teacher.sh "mrpc 43 lexical kde" &
-#   .venv/bin/augsbert reproduce --collect --runs bench/results/reproduce_best_teacher_runs \
+#   .venv/bin/python -m bench.reproduce --collect --runs bench/results/reproduce_best_teacher_runs \
 #       --results docs/RESULTS_BEST_TEACHER.md --json bench/results/reproduce_best_teacher.json
-#   .venv/bin/augsbert reproduce --collect --runs bench/results/reproduce_runs \
+#   .venv/bin/python -m bench.reproduce --collect --runs bench/results/reproduce_runs \
 #       --beside bench/results/reproduce_best_teacher_runs      # RESULTS.md's side-by-side tables
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,7 +46,7 @@ QUEUE=(
 [ $# -gt 0 ] && QUEUE=("$@")
 read -ra more <<< "${REPRODUCE_ARGS:-}"
 # labeling and fits at bf16 on a GPU or a CPU with bf16 instructions, else at fp32 (augsbert refuses CPU bf16 there:
-# 8-45 times slower, bench/cpu_bf16.py); every run: small shards and a training state every 50 steps (little work
+# 8-45 times slower, bench.cpu_bf16); every run: small shards and a training state every 50 steps (little work
 # lost when stopped, e.g. an mpnet teacher's fit at a session end)
 if [[ " ${more[*]} " == *" --gpu "* ]] || "$PYTHON" -c "import sys; from augsbert_ray.runtime import cpu_has_bf16; sys.exit(not cpu_has_bf16())"; then
     BF16=true; COMMON=(labeling.precision=bf16 training.bf16=true)
@@ -55,12 +55,11 @@ else
 fi
 COMMON+=(labeling.shard_rows=5000 training.checkpoint_every=50)
 
-teacher_settings() {  # TASK MODELS: the task's chosen teacher, as bench/teacher_study.py's reproduction_settings
+teacher_settings() {  # TASK MODELS: the task's chosen teacher, as bench.teacher_study's reproduction_settings
     "$PYTHON" - "$1" "$2" "$COMMITTED/choice.json" <<'EOF'
 import sys
 from pathlib import Path
-sys.path.insert(0, "bench")
-from teacher_study import reproduction_settings
+from bench.teacher_study import reproduction_settings
 print(*reproduction_settings(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])))
 EOF
 }
@@ -69,7 +68,7 @@ for item in "${QUEUE[@]}"; do
     read -r experiment seed parts <<< "$item"
     case "$experiment" in transfer_*) task=stsb_1k ;; *) task="$experiment" ;; esac
     if [ "$task" = "$experiment" ]; then  # the study cell (fits at the parts' precision), then its fitted teachers
-        "$PYTHON" bench/teacher_study.py --task "$task" --seeds "$seed" --work "$STUDY" --set training.bf16=$BF16
+        "$PYTHON" -m bench.teacher_study --task "$task" --seeds "$seed" --work "$STUDY" --set training.bf16=$BF16
     fi
     # given the study cell's fits where they were made on this machine (a transfer fits its own on all of STSb)
     read -ra settings <<< "$(teacher_settings "$task" "$STUDY/$experiment-seed$seed/models")"
@@ -95,7 +94,7 @@ for item in "${QUEUE[@]}"; do
         fi
         echo "$(date '+%F %T') $experiment seed $seed $part: ${part_settings[*]}"
         # per-part tables go to /tmp: the results page is made from the committed runs only
-        "$PYTHON" -m augsbert_ray.cli reproduce --only "$experiment" --seeds "$seed" "${part_args[@]}" --runs "$RUNS" \
+        "$PYTHON" -m bench.reproduce --only "$experiment" --seeds "$seed" "${part_args[@]}" --runs "$RUNS" \
             --set "${part_settings[@]}" "${COMMON[@]}" "${more[@]}" \
             --results "/tmp/reproduce_best_teacher_part.$$.md" --json "/tmp/reproduce_best_teacher_part.$$.json"
         for run in $RUNS/$pattern; do

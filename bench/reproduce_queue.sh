@@ -5,7 +5,7 @@
 # machine: a new machine starts the part again). Then collect:
 #   bench/reproduce_queue.sh
 #   mkdir -p bench/results/reproduce_runs/RUN && cp runs/reproduce/RUN/{metrics.json,spec.yaml,host.json} ...
-#   .venv/bin/augsbert reproduce --collect --runs bench/results/reproduce_runs --beside bench/results/reproduce_best_teacher_runs
+#   .venv/bin/python -m bench.reproduce --collect --runs bench/results/reproduce_runs --beside bench/results/reproduce_best_teacher_runs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"
@@ -24,7 +24,7 @@ for item in "${QUEUE[@]}"; do
         fi
         echo "$(date '+%F %T') $experiment seed $seed, $part part"
         # per-part tables go to /tmp: docs/RESULTS.md is made from the committed runs only
-        "$PYTHON" -m augsbert_ray.cli reproduce --only "$experiment" --seeds "$seed" --part "$part" --runs "$RUNS" \
+        "$PYTHON" -m bench.reproduce --only "$experiment" --seeds "$seed" --part "$part" --runs "$RUNS" \
             --results /tmp/reproduce_part_RESULTS.md --json /tmp/reproduce_part.json
     done
 done

@@ -3,8 +3,8 @@
 Each measurement runs in a fresh subprocess with its own local Ray, so peak RSS (the driver plus every
 process it started, Ray workers included, sampled every 0.1 s) belongs to that measurement alone.
 
-    .venv/bin/python bench/sampling.py                      # the issue's sizes; writes bench/results/sampling.json
-    .venv/bin/python bench/sampling.py --bm25 10000 --semantic 10000 --kde-rows 100000   # a quick run
+    .venv/bin/python -m bench.sampling                      # the issue's sizes; writes bench/results/sampling.json
+    .venv/bin/python -m bench.sampling --bm25 10000 --semantic 10000 --kde-rows 100000   # a quick run
 """
 
 from __future__ import annotations
@@ -53,10 +53,9 @@ class PeakRss:
 
 
 def measure_bm25(size: int, data_dir: str) -> dict:
-    from corpus import edited_corpus
-
     from augsbert_ray.config import SamplingSpec
     from augsbert_ray.sampling import SentencePool, candidate_table
+    from bench.corpus import edited_corpus
 
     pool = SentencePool(edited_corpus(size, data_dir=Path(data_dir)))
     spec = SamplingSpec(top_k=5, search_cpus=2)
@@ -66,18 +65,15 @@ def measure_bm25(size: int, data_dir: str) -> dict:
 
 
 def measure_semantic(size: int, data_dir: str) -> dict:
-    from corpus import edited_corpus
-
-    from augsbert_ray.config import LabelingSpec, SamplingSpec
-    from augsbert_ray.models import resolve_model
-    from augsbert_ray.sampling.neighbours import top_k_pairs
-    from augsbert_ray.sampling.pairs import SentencePool
-    from augsbert_ray.sampling.semantic import faiss_search, embed_sentences
+    import augsbert_ray as ar
+    from augsbert_ray.config import SamplingSpec
+    from augsbert_ray.sampling import SentencePool, embed_sentences, faiss_search, top_k_pairs
+    from bench.corpus import edited_corpus
 
     pool = SentencePool(edited_corpus(size, data_dir=Path(data_dir)))
-    resources = LabelingSpec(batch_size=128, cpus_per_actor=2)
+    resources = ar.LabelingSpec(batch_size=128, cpus_per_actor=2)
     start = time.perf_counter()
-    embedded = embed_sentences(pool.sentences, resolve_model("minilm"), resources)
+    embedded = embed_sentences(pool.sentences, ar.resolve_model("minilm"), resources)
     embed_seconds = time.perf_counter() - start
     spec = SamplingSpec(top_k=5)
     ids, scores = faiss_search(embedded, len(pool), 6, spec.semantic_index, spec.ann_threshold, threads=2)
@@ -127,8 +123,8 @@ def child(kind: str, size: int, data_dir: str) -> None:
 
 def run_child(kind: str, size: int, data_dir: str) -> dict:
     out = subprocess.run(
-        [sys.executable, __file__, "--child", kind, str(size), "--data-dir", data_dir],
-        capture_output=True, text=True, check=False,
+        [sys.executable, "-m", "bench.sampling", "--child", kind, str(size), "--data-dir", data_dir],
+        capture_output=True, text=True, check=False, cwd=HERE.parent,
     )
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     if out.returncode != 0 or not lines:

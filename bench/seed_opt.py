@@ -1,9 +1,9 @@
 """Seed optimization benchmark: culled search (all seeds to 20%, the best to the end) against full
 training of every seed, on several 1k STSb gold subsets. Prints a table, writes bench/results/seed_opt.json.
 
-    .venv/bin/python bench/seed_opt.py                       # 5 seeds, MiniLM, 3 subsets of 1,000 gold pairs
-    .venv/bin/python bench/seed_opt.py --repeats 1 --train-limit 300   # a quick look
-    .venv/bin/python bench/seed_opt.py --train-limit 200 --epochs 4 --learning-rate 1e-4 --output bench/results/seed_opt_small_gold.json
+    .venv/bin/python -m bench.seed_opt                       # 5 seeds, MiniLM, 3 subsets of 1,000 gold pairs
+    .venv/bin/python -m bench.seed_opt --repeats 1 --train-limit 300   # a quick look
+    .venv/bin/python -m bench.seed_opt --train-limit 200 --epochs 4 --learning-rate 1e-4 --output bench/results/seed_opt_small_gold.json
 
 Per subset it runs, one after the other and with the same resources:
   culled: augsbert's sync seed search (every seed to cull_at; on 2 CPUs all 5 run at once, so the best goes on in
@@ -31,19 +31,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
 
-from augsbert_ray.config import load_spec
+import augsbert_ray as ar
 from augsbert_ray.data import load_gold
 from augsbert_ray.evaluation import score_pairs, spearman_x100
-from augsbert_ray.models import resolve_model
-from augsbert_ray.runtime import init_ray, setup_logging
-from augsbert_ray.tuning.search import SearchSetup, plan_trials, record, run_phase, search, trial_config
-from augsbert_ray.tuning.trial_loop import cull_step
+from augsbert_ray.runtime import init_ray
+from augsbert_ray.tuning import SearchSetup, cull_step, plan_trials, record, run_phase, search, trial_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def one_repeat(args: argparse.Namespace, subset_seed: int, work: Path) -> dict:
-    spec = load_spec(ROOT / "jobs" / "stsb_seed_opt.yaml", [
+    spec = ar.load_spec(ROOT / "jobs" / "stsb_seed_opt.yaml", [
         f"seed={subset_seed}", f"data.train_limit={args.train_limit}", f"bi_encoder.epochs={args.epochs}",
         f"tuning.seeds={args.seeds}", "tuning.eval_every=1.0", f"tuning.cpus_per_trial={args.cpus_per_trial}",
         f"bi_encoder.learning_rate={args.learning_rate}",
@@ -52,7 +50,7 @@ def one_repeat(args: argparse.Namespace, subset_seed: int, work: Path) -> dict:
     pq.write_table(gold.train, work / "train.parquet")
     pq.write_table(gold.dev.slice(0, args.dev_limit), work / "dev.parquet")  # dev scoring dominates on 2 cores
     files = {None: [(str(work / "train.parquet"), "label")]}
-    setup = SearchSetup(spec, "sbert", resolve_model(spec.bi_encoder.model), str(work / "dev.parquet"), work / "tune")
+    setup = SearchSetup(spec, "sbert", ar.resolve_model(spec.bi_encoder.model), str(work / "dev.parquet"), work / "tune")
 
     started = time.time()
     culled = search(setup, files, work / "chosen")
@@ -137,7 +135,7 @@ def main() -> None:
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
     parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "seed_opt.json"))
     args = parser.parse_args()
-    setup_logging()
+    ar.setup_logging()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     init_ray()
     repeats: list[dict] = []

@@ -1,8 +1,8 @@
-"""sentence-transformers' own ONNX backend as a labeling yardstick, run by bench/label_throughput.py in a venv of
+"""sentence-transformers' own ONNX backend as a labeling yardstick, run by bench.label_throughput in a venv of
 its own (see ``st_onnx_python`` there): `CrossEncoder(..., backend="onnx")` needs optimum-onnx, whose only release
 (0.1.0) requires transformers < 4.58, while the project's sentence-transformers 6.2 requires transformers >= 5.
 
-    .venv-st-onnx/bin/python bench/st_onnx_reference.py MODEL_DIR PAIRS.parquet OUT.npz   # MODEL_DIR: a copy; onnx/ is written into it
+    .venv-st-onnx/bin/python -m bench.st_onnx_reference MODEL_DIR PAIRS.parquet OUT.npz   # MODEL_DIR: a copy; onnx/ is written into it
 
 Loads MODEL_DIR with the ONNX backend (exported and saved on first load), makes its dynamic int8 export
 (`export_dynamic_quantized_onnx_model`, avx2), and times `predict` of every pair at fp32 and int8 (batch 64, after a

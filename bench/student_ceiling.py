@@ -2,7 +2,7 @@
 split instead of the job's data.train_limit subset, scored on dev and test. Silver labels, noisier than gold, of
 pairs among the same sentences are not expected to lift the student past it.
 
-    .venv/bin/python bench/student_ceiling.py --job jobs/stsb_indomain_all_strategies.yaml --seed 43 \
+    .venv/bin/python -m bench.student_ceiling --job jobs/stsb_indomain_all_strategies.yaml --seed 43 \
         --set data.duplicates=keep data.on_overlap=keep training.bf16=true
 
 Writes bench/results/student_ceiling.json (one entry per job, seed and settings); the fit is kept under --work and
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import ray
 
-from augsbert_ray.config import load_spec
+import augsbert_ray as ar
 from augsbert_ray.evaluation import evaluate_on_ray
 from augsbert_ray.files import atomic_write_text
-from augsbert_ray.runtime import init_ray, log, setup_logging
-from augsbert_ray.stages import RunContext, plain_fit, read_gold, train_bi_encoder
+from augsbert_ray.pipeline import PlainFit, RunContext, read_gold, train_bi_encoder
+from augsbert_ray.runtime import init_ray, log
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "student_ceiling.json"
@@ -36,20 +36,20 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "student_ceiling")
     parser.add_argument("--data-dir")
     args = parser.parse_args()
-    setup_logging()
+    ar.setup_logging()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    spec = load_spec(ROOT / args.job, [f"seed={args.seed}", f"output_dir={args.work}", *args.set, "data.train_limit=null"])
+    spec = ar.load_spec(ROOT / args.job, [f"seed={args.seed}", f"output_dir={args.work}", *args.set, "data.train_limit=null"])
     key = f"{Path(args.job).stem} seed {args.seed}" + "".join(f" {setting}" for setting in args.set)
     run_dir = args.work / key.replace(" ", "_").replace("=", "-")
     run_dir.mkdir(parents=True, exist_ok=True)
     init_ray()
-    ctx = RunContext.open(spec, run_dir)
-    gold = read_gold(ctx, args.data_dir)
-    fit = train_bi_encoder(ctx, "sbert", [gold.train_file], plain_fit)
+    ctx = RunContext.open(spec, run_dir, args.data_dir)
+    gold = read_gold(ctx)
+    fit = train_bi_encoder(ctx, "sbert", [gold.train_file], PlainFit())
     result = ray.get(evaluate_on_ray("bi_encoder", str(fit.model_dir), spec.task, gold.splits.dev, gold.splits.test,
                                      int(ray.cluster_resources()["CPU"]), spec.evaluation.gpus))
     entry = {"gold_train": fit.trained_on, "dev": result.dev, "test": result.test,
-             "fit_seconds": ctx.ledger.finished["sbert"]["wall_seconds"]}
+             "fit_seconds": fit.wall_seconds}
     log.info("%s: %s", key, json.dumps(entry))
     results = json.loads(RESULTS.read_text(encoding="utf-8")) if RESULTS.exists() else {}
     results[key] = entry

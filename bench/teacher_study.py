@@ -8,8 +8,8 @@ reproduction run (bench/results/reproduce_runs): same splits, same train subset.
 the same BM25 candidates with each teacher through the labeling engine, for the time and pairs/s.
 
     make models   # mpnet, once
-    .venv/bin/python bench/teacher_study.py --task stsb_1k --seeds 42
-    .venv/bin/python bench/teacher_study.py --task stsb_1k bws_cross_topic bws_in_topic mrpc --seeds 42 43 44
+    .venv/bin/python -m bench.teacher_study --task stsb_1k --seeds 42
+    .venv/bin/python -m bench.teacher_study --task stsb_1k bws_cross_topic bws_in_topic mrpc --seeds 42 43 44
 
 Fits are kept under --work (default runs/teacher_study/<task>-seed<seed>) and reused on a rerun (progress.json),
 so a stopped study continues where it stopped. Results accumulate in bench/results/teacher_study.json;
@@ -31,15 +31,15 @@ import pyarrow as pa
 import ray
 import torch
 
-from augsbert_ray.config import JobSpec, LabelingSpec, SamplingSpec, load_spec
+import augsbert_ray as ar
+from augsbert_ray.config import SamplingSpec
 from augsbert_ray.evaluation import evaluate_on_ray
 from augsbert_ray.files import atomic_write_text
-from augsbert_ray.labeling import TEACHER_FILE, LabelJob, Teacher, TeacherMember, label_dataset
-from augsbert_ray.models import resolve_model
-from augsbert_ray.reproduce import MINILM_TEACHER, TEACHER_MODELS
-from augsbert_ray.stages import Gold, RunContext, calibrate_teacher, read_gold, train_teacher, train_teacher_bi_encoder
-from augsbert_ray.runtime import init_ray, log, setup_logging
+from augsbert_ray.labeling import TEACHER_FILE, LabelJob, TeacherMember, label_dataset
+from augsbert_ray.pipeline import Gold, RunContext, calibrate_teacher, read_gold, train_teacher, train_teacher_bi_encoder
+from augsbert_ray.runtime import init_ray, log
 from augsbert_ray.sampling import SentencePool, candidate_table
+from bench.reproduce import MINILM_TEACHER, TEACHER_MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = {
@@ -77,11 +77,11 @@ def reproduction_row(task: str, seed: int, model: str) -> dict[str, float]:
     raise SystemExit(f"no committed reproduction run of {task} seed {seed} scores {model}")
 
 
-def study_spec(task: str, seed: int, work: Path, gpu: bool, extra: list[str]) -> JobSpec:
+def study_spec(task: str, seed: int, work: Path, gpu: bool, extra: list[str]) -> ar.JobSpec:
     overrides = [f"seed={seed}", f"output_dir={work}", f"name={task}", *MPNET_TEACHERS, *CHECKPOINTS, *AS_REPRODUCED, *extra]
     if gpu:
         overrides += ["training.use_gpu=true", "evaluation.gpus=0.5"]
-    return load_spec(ROOT / TASKS[task], overrides)
+    return ar.load_spec(ROOT / TASKS[task], overrides)
 
 
 def open_cell(task: str, seed: int, work: Path, data_dir: str | None, gpu: bool, extra: list[str]) -> tuple[RunContext, Gold]:
@@ -89,8 +89,8 @@ def open_cell(task: str, seed: int, work: Path, data_dir: str | None, gpu: bool,
     spec = study_spec(task, seed, work, gpu, extra)
     run_dir = work / f"{task}-seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    ctx = RunContext.open(spec, run_dir)
-    return ctx, read_gold(ctx, data_dir)
+    ctx = RunContext.open(spec, run_dir, data_dir)
+    return ctx, read_gold(ctx)
 
 
 def fit_and_score(task: str, seed: int, work: Path, data_dir: str | None, gpu: bool, extra: list[str]) -> dict[str, Any]:
@@ -134,18 +134,18 @@ def labeling_speed(gold_train: pa.Table, work: Path, seed: int) -> dict[str, dic
     pool = SentencePool.from_pairs(gold_train)
     candidates = candidate_table("bm25", pool, np.zeros(0, dtype=np.int64), SamplingSpec(top_k=3), seed)
     candidates = candidates.slice(0, min(THROUGHPUT_PAIRS, candidates.num_rows))
-    mpnet = resolve_model("mpnet")
+    mpnet = ar.resolve_model("mpnet")
     cross_encoder, bi_encoder = TeacherMember("cross_encoder", mpnet, 4.0, 0.5), TeacherMember("bi_encoder", mpnet, 3.0, -0.5)
     teachers = {
-        "ce_minilm": Teacher.cross_encoder(resolve_model("minilm")),
-        "ce_mpnet": Teacher.cross_encoder(mpnet),
-        "bi_mpnet": Teacher((bi_encoder,)),
-        "ensemble_mpnet": Teacher((cross_encoder, bi_encoder)),
+        "ce_minilm": ar.Teacher.cross_encoder(ar.resolve_model("minilm")),
+        "ce_mpnet": ar.Teacher.cross_encoder(mpnet),
+        "bi_mpnet": ar.Teacher((bi_encoder,)),
+        "ensemble_mpnet": ar.Teacher((cross_encoder, bi_encoder)),
     }
     speed = {}
     for name, scorer in teachers.items():
         output = work / "throughput" / name
-        spec = LabelingSpec(cpus_per_actor=max(1, int(ray.cluster_resources().get("CPU", 1))), shard_rows=THROUGHPUT_PAIRS)
+        spec = ar.LabelingSpec(cpus_per_actor=max(1, int(ray.cluster_resources().get("CPU", 1))), shard_rows=THROUGHPUT_PAIRS)
         started = time.perf_counter()
         result = label_dataset(candidates, output, LabelJob(scorer, spec), work / "throughput" / "candidates.parquet")
         seconds = time.perf_counter() - started
@@ -162,7 +162,7 @@ def best_on_dev(cells: dict[str, Any]) -> str:
 
 
 def reproduction_settings(task: str, models: Path, choice_file: Path, results: Path = RESULTS) -> list[str]:
-    """The `augsbert reproduce --set` words of a run with ``task``'s best-on-dev teacher (fixed in ``choice_file`` the
+    """The `python -m bench.reproduce --set` words of a run with ``task``'s best-on-dev teacher (fixed in ``choice_file`` the
     first time it is asked for), on the study's gold splits, given that teacher's fitted models where ``models``
     holds them.
 
@@ -173,7 +173,7 @@ def reproduction_settings(task: str, models: Path, choice_file: Path, results: P
     if task not in choice:
         study = json.loads(results.read_text(encoding="utf-8")).get(task)
         if study is None:
-            raise SystemExit(f"{task}: no teacher study yet; run bench/teacher_study.py --task {task} first")
+            raise SystemExit(f"{task}: no teacher study yet; run python -m bench.teacher_study --task {task} first")
         choice[task] = {"teacher": study["best_on_dev"], "chosen_on_seeds": sorted(study["cells"]),
                         "dev": {f"{name} seed {seed}": scores["dev"] for seed, cell in study["cells"].items()
                                 for name, scores in cell["teachers"].items()}}
@@ -213,7 +213,7 @@ def main() -> None:
     parser.add_argument("--merge", type=Path, nargs="+", default=[], metavar="JSON",
                         help="only merge the cells of these results files (e.g. a GPU machine's) into --results")
     args = parser.parse_args()
-    setup_logging()
+    ar.setup_logging()
     results = json.loads(args.results.read_text(encoding="utf-8")) if args.results.exists() else {}
     if args.merge:
         merge_cells(results, args.merge)

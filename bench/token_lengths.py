@@ -1,7 +1,7 @@
 """How many sentences and pairs the specs' max_seq_length (128) truncates: MiniLM token counts of the gold train
 splits, per sentence (what the bi-encoder reads) and per pair (what the cross-encoder reads).
 
-    .venv/bin/python bench/token_lengths.py            # prints one line per dataset
+    .venv/bin/python -m bench.token_lengths            # prints one line per dataset
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import argparse
 import numpy as np
 from transformers import AutoTokenizer
 
+import augsbert_ray as ar
 from augsbert_ray.config import DataSpec
 from augsbert_ray.data import load_gold
-from augsbert_ray.models import resolve_model
 
 DATASETS = {"stsb": DataSpec(dataset="stsb"), "mrpc": DataSpec(dataset="mrpc"),
             "bws in-topic": DataSpec(dataset="bws", bws_split="in-topic"), "bws cross-topic": DataSpec(dataset="bws")}
@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--data-dir", help="named datasets' directory (default: as for augsbert run)")
     parser.add_argument("--max-seq-length", type=int, default=128)
     args = parser.parse_args()
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model("minilm"))
+    tokenizer = AutoTokenizer.from_pretrained(ar.resolve_model("minilm"))
     for name, data in DATASETS.items():
         train = load_gold(data, seed=42, data_dir=args.data_dir).train
         first, second = train.column("sentence1").to_pylist(), train.column("sentence2").to_pylist()

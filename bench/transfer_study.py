@@ -2,8 +2,8 @@
 run's own files, over the knobs the issue names (epochs, learning rate, silver/gold mixing, starting point), and
 score each variant on the target's dev split; test is printed beside it but never used to choose.
 
-    .venv/bin/python bench/transfer_study.py runs/reproduce/transfer_stsb_bws-full-seed42-*
-    .venv/bin/python bench/transfer_study.py RUN --teacher-epochs 1 2   # the teacher's side: cross-encoder epochs
+    .venv/bin/python -m bench.transfer_study runs/reproduce/transfer_stsb_bws-full-seed42-*
+    .venv/bin/python -m bench.transfer_study RUN --teacher-epochs 1 2   # the teacher's side: cross-encoder epochs
 
 Reuses the run's cross-encoder silver (silver/given), source gold (gold/train.parquet), SBERT-source model and
 target dev/test splits, so a variant costs one bi-encoder fit (no cross-encoder refit, no Ray). With
@@ -26,12 +26,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from augsbert_ray.config import BiEncoderSpec, CrossEncoderSpec, JobSpec, load_spec
+import augsbert_ray as ar
+from augsbert_ray.config import BiEncoderSpec, CrossEncoderSpec
 from augsbert_ray.evaluation import evaluate, score_pairs
-from augsbert_ray.models import resolve_model
 from augsbert_ray.runtime import configure_torch_threads
-from augsbert_ray.training.ray_fit import TrainFile, read_training_pairs
-from refit import fit_student
+from augsbert_ray.training import TrainFile, read_training_pairs
+from bench.refit import fit_student
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,13 +55,13 @@ VARIANTS = [
 ]
 
 
-def fit(run: Path, spec: JobSpec, variant: Variant, silver: list[TrainFile], output_dir: str) -> int:
+def fit(run: Path, spec: ar.JobSpec, variant: Variant, silver: list[TrainFile], output_dir: str) -> int:
     sources: dict[str, list[TrainFile]] = {
         "silver": silver,
         "source_gold": [(str(run / "gold" / "train.parquet"), "label")],
     }
     table = read_training_pairs([file for name in variant.data for file in sources[name]])
-    start = resolve_model(spec.bi_encoder.model) if variant.start == "backbone" else str(run / "models" / "sbert_source")
+    start = ar.resolve_model(spec.bi_encoder.model) if variant.start == "backbone" else str(run / "models" / "sbert_source")
     encoder = BiEncoderSpec.model_validate(
         {**spec.bi_encoder.model_dump(), "epochs": variant.epochs, "learning_rate": variant.learning_rate}
     )
@@ -73,12 +73,12 @@ def run_silver(run: Path) -> list[TrainFile]:
     return [(str(path), "score") for path in sorted((run / "silver" / "given").glob("part-*.parquet"))]
 
 
-def teacher(run: Path, spec: JobSpec, epochs: int, workdir: Path, threads: int) -> tuple[str, list[TrainFile], float]:
+def teacher(run: Path, spec: ar.JobSpec, epochs: int, workdir: Path, threads: int) -> tuple[str, list[TrainFile], float]:
     """The cross-encoder with ``epochs`` on the source gold and its silver for the target train pairs:
     the run's own when it used that many epochs, else a refit and an in-process relabeling."""
     if epochs == spec.cross_encoder.epochs:
         return str(run / "models" / "cross_encoder"), run_silver(run), 0.0
-    from cross_encoder_study import fit_cross_encoder
+    from bench.cross_encoder_study import fit_cross_encoder
 
     model_dir = str(workdir / f"cross_encoder_{epochs}")
     encoder = CrossEncoderSpec.model_validate({**spec.cross_encoder.model_dump(), "epochs": epochs})
@@ -102,7 +102,7 @@ def main() -> None:
     args = parser.parse_args()
     configure_torch_threads(args.threads)
 
-    spec = load_spec(args.run / "spec.yaml")
+    spec = ar.load_spec(args.run / "spec.yaml")
     if spec.scenario != "domain-transfer":
         raise SystemExit(f"{args.run}: scenario {spec.scenario!r}, expected domain-transfer")
     metrics = json.loads((args.run / "metrics.json").read_text())

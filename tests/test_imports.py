@@ -61,3 +61,24 @@ def test_the_import_graph_has_no_cycle() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+STAGE_PACKAGES = ("config", "data", "sampling", "scoring", "labeling", "selection", "training", "tuning", "evaluation", "runtime")
+
+
+def test_stage_folders_never_import_the_pipeline_or_the_cli() -> None:
+    graph = import_graph()
+    for name, targets in graph.items():
+        if name.split(".")[1:2] and name.split(".")[1] in STAGE_PACKAGES:
+            reaching_up = sorted(t for t in targets if t.startswith(("augsbert_ray.pipeline", "augsbert_ray.cli")))
+            assert not reaching_up, f"{name} imports {reaching_up}"
+
+
+def test_the_cli_calls_only_the_public_api() -> None:
+    for path in (PACKAGE / "cli").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            modules = ([node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+                       else [alias.name for alias in node.names] if isinstance(node, ast.Import) else [])
+            for module in modules:
+                if module.startswith("augsbert_ray"):
+                    assert module == "augsbert_ray" or module.startswith("augsbert_ray.cli"), f"{path.name} imports {module}"

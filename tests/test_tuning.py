@@ -15,10 +15,10 @@ from augsbert_ray.config import JobSpec, SpecError, TuningSpec, load_spec
 from augsbert_ray.data import load_gold
 from augsbert_ray.tuning.report import tuning_markdown, tuning_summary
 from augsbert_ray.tuning.search import (
-    Outcome, SearchSetup, Trial, asha_schedule, asha_scheduler, concurrent_trials, holds_every_trial, plan_trials, record,
-    run_phase, search, trial_config,
+    asha_schedule, asha_scheduler, concurrent_trials, holds_every_trial, record, run_phase, search, trial_config,
 )
 from augsbert_ray.tuning.trial_loop import CullBoard, cull_step, dev_score, eval_steps, score_key, total_steps
+from augsbert_ray.tuning.trials import Outcome, SearchSetup, Trial, plan_trials
 
 TRAIN_ROWS, BATCH, EPOCHS = 40, 8, 4  # 5 steps per epoch, 20 in all
 SEEDS = [11, 12, 13]

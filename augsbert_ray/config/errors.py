@@ -8,7 +8,15 @@ from pathlib import Path
 
 
 class SpecError(ValueError):
-    """A job spec that cannot be used; the message names the field."""
+    """A job spec, flag or input that cannot be used; the one-line message names the field, flag or file.
+
+    Example:
+        >>> try:
+        ...     load_spec(None, ["sampling.strategies=[bm25, magic]"])
+        ... except SpecError as exc:
+        ...     print(str(exc).splitlines()[1].split(":")[0].strip())
+        sampling.strategies.1
+    """
 
 
 def check_output_dir(path: Path, field: str) -> None:

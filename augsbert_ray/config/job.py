@@ -28,6 +28,16 @@ RESUME_SETTABLE: dict[str, tuple[str, ...]] = {
 
 
 class JobSpec(_Strict):
+    """A whole job: its scenario, data, teacher, student, sampling, labeling, training, tuning, evaluation and Ray
+    settings, each section a typed model with every field defaulted (README, "Job spec"). ``load_spec`` reads one
+    from YAML.
+
+    Example:
+        >>> spec = JobSpec.model_validate({"name": "mine", "sampling": {"strategies": ["bm25", "kde"]}})
+        >>> spec.scenario, spec.tuned_models()
+        ('in-domain', [])
+    """
+
     name: str = "augsbert"
     scenario: Literal["in-domain", "domain-transfer"] = Field(
         "in-domain", description="in-domain: gold + silver of one dataset; domain-transfer: source gold, target silver."

@@ -10,6 +10,14 @@ from augsbert_ray.config.base import Cpus, Gpus, _Strict
 
 
 class LabelingSpec(_Strict):
+    """How pairs are labeled: batch size, the autoscaling actor pool (min/max actors, CPUs and GPUs each), precision,
+    runtime, truncation and shard size. Inconsistent settings (fp16 without GPUs, int8 on torch) are refused.
+
+    Example:
+        >>> LabelingSpec(max_actors=4, gpus_per_actor=1, precision="bf16").runtime
+        'auto'
+    """
+
     batch_size: int = Field(64, gt=0)
     min_actors: int = Field(1, gt=0)
     max_actors: int = Field(1, gt=0)

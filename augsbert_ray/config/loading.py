@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,14 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
     return f"{problem}, line {mark.line + 1} column {mark.column + 1}" if mark else problem
 
 
-def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    for text in overrides:
-        keys, value = parse_override(text)
+Overrides = list[str] | Mapping[str, Any]
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Overrides) -> dict[str, Any]:
+    """``--set`` overrides (``a.b=c``, the value parsed as YAML), or a mapping of dotted keys to values."""
+    items = ([(f"{key}={value}", key.split("."), value) for key, value in overrides.items()] if isinstance(overrides, Mapping)
+             else [(text, *parse_override(text)) for text in overrides])
+    for text, keys, value in items:
         node = raw
         for depth, key in enumerate(keys[:-1]):
             child = node.setdefault(key, {})
@@ -72,8 +78,27 @@ def format_validation_error(error: ValidationError, origin: str) -> str:
     return "\n".join(lines)
 
 
-def load_spec(path: str | Path | None, overrides: list[str] | None = None) -> JobSpec:
-    """Read a YAML job spec (or start from defaults when path is None) and apply ``--set`` overrides."""
+def load_spec(path: str | Path | None, overrides: Overrides | None = None) -> JobSpec:
+    """Read a YAML job spec (or start from defaults when path is None) and apply overrides; every field is checked.
+
+    Args:
+        path: The job spec YAML, e.g. ``jobs/stsb_indomain_bm25.yaml``; None: every field's default.
+        overrides: ``--set`` strings (``"data.train_limit=1000"``, the value parsed as YAML), or a mapping of dotted
+            keys to values (``{"data.train_limit": 1000}``).
+
+    Returns:
+        The validated ``JobSpec``. A SpecError names the file and each bad field.
+
+    Example:
+        >>> spec = load_spec("jobs/stsb_indomain_bm25.yaml", {"data.train_limit": 1000, "sampling.top_k": 5})
+        >>> spec.data.train_limit, spec.sampling.top_k
+        (1000, 5)
+        >>> load_spec(None, ["sampling.top_k=0"])
+        Traceback (most recent call last):
+        ...
+        augsbert_ray.config.errors.SpecError: invalid job spec (defaults):
+          sampling.top_k: Input should be greater than 0 (got 0)
+    """
     raw: dict[str, Any] = {}
     origin = "(defaults)"
     if path is not None:

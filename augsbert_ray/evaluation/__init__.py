@@ -17,7 +17,19 @@ from augsbert_ray.scoring import ScorerKind, jaccard_scores, scorer_for
 
 @dataclass
 class Evaluation:
-    """The task's main metric on dev and test (Spearman x100 or F1 x100), plus classification extras."""
+    """The task's main metric on dev and test (Spearman x100 or F1 x100), plus classification extras.
+
+    Attributes:
+        dev: The metric on dev.
+        test: The metric on test.
+        threshold: Classification: the score threshold chosen on dev for F1.
+        dev_auc05: Classification: AUC up to a false-positive rate of 0.05, on dev.
+        test_auc05: The same on test.
+
+    Example:
+        >>> Evaluation(dev=81.2, test=78.9).to_dict()
+        {'dev': 81.2, 'test': 78.9}
+    """
 
     dev: float
     test: float

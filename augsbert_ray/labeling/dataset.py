@@ -11,7 +11,7 @@ import pyarrow as pa
 import ray.data
 
 from augsbert_ray.config import LabelingSpec, SpecError
-from augsbert_ray.labeling.engine import LabelJob
+from augsbert_ray.labeling.job import LabelJob
 from augsbert_ray.labeling.scorer import is_sentence
 from augsbert_ray.models import resolve_model
 from augsbert_ray.runtime import configure_torch_threads

@@ -17,7 +17,8 @@ import numpy as np
 from augsbert_ray.config import LabelingSpec, SamplingSpec, SpecError, check_output_dir
 from augsbert_ray.data import read_sentences
 from augsbert_ray.labeling import engine
-from augsbert_ray.labeling.engine import LabelJob, LabelResult, label_dataset, labels_in_process
+from augsbert_ray.labeling.engine import label_dataset, labels_in_process
+from augsbert_ray.labeling.job import LabelJob, LabelResult
 from augsbert_ray.scoring import Teacher
 from augsbert_ray.models import resolve_model
 from augsbert_ray.runtime import check_cpu_bf16, init_ray

@@ -15,7 +15,7 @@ from augsbert_ray.config import JobSpec
 from augsbert_ray.files import atomic_write_text
 from augsbert_ray.layout import RunLayout
 from augsbert_ray.runtime import log
-from augsbert_ray.tuning.search import Outcome
+from augsbert_ray.tuning.trials import Outcome
 
 
 @dataclass(frozen=True)

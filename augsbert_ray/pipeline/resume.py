@@ -14,7 +14,21 @@ from augsbert_ray.runtime import log
 
 
 def resume_spec(run_dir: Path, overrides: list[str] | None = None) -> JobSpec:
-    """The spec an unfinished run was started with (its spec.yaml), to resume it."""
+    """The spec an unfinished run was started with (its spec.yaml), to resume it.
+
+    Args:
+        run_dir: The unfinished run's directory.
+        overrides: Settings to change on resume (``--set``), e.g. ``ray.address``.
+
+    Returns:
+        The run's ``JobSpec``; a SpecError when ``run_dir`` is no run directory or the run has finished.
+
+    Example:
+        >>> resume_spec(tmp_dir)
+        Traceback (most recent call last):
+        ...
+        augsbert_ray.config.errors.SpecError: --resume ...: not a run directory (no spec.yaml)
+    """
     if not (run_dir / SPEC_FILE).is_file():
         raise SpecError(f"--resume {run_dir}: not a run directory (no spec.yaml)")
     for output in (METRICS_FILE, "tuning.json"):  # a finished `augsbert run` / `augsbert tune` has written it

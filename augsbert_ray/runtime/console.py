@@ -39,7 +39,7 @@ def chatter_to(log_file: Path) -> Iterator[None]:
         ::
 
             with chatter_to(run_dir / RUN_LOG):
-                run_job(spec, run_dir=run_dir)
+                run(spec)
     """
     sys.stdout.flush()
     sys.stderr.flush()

@@ -7,10 +7,11 @@ import numpy as np
 import pyarrow as pa
 
 from augsbert_ray.config import LabelingSpec, SamplingSpec, Strategy
-from augsbert_ray.sampling.bm25 import sample_bm25, shares_a_term
+from augsbert_ray.sampling.bm25 import bm25_neighbours, sample_bm25, shares_a_term
+from augsbert_ray.sampling.neighbours import search_depth, top_k_pairs
 from augsbert_ray.sampling.pairs import SentencePool, given_pairs
 from augsbert_ray.sampling.random_pairs import available_pairs, sample_random
-from augsbert_ray.sampling.semantic import sample_semantic
+from augsbert_ray.sampling.semantic import embed_sentences, faiss_search, sample_semantic
 
 
 Neighbours = tuple[np.ndarray, np.ndarray]  # pair codes and their retrieval scores
@@ -78,4 +79,5 @@ def candidate_table(
     raise ValueError(f"unknown sampling strategy {strategy!r}")
 
 
-__all__ = ["Neighbours", "SentencePool", "available_pairs", "candidate_table", "given_pairs", "sample_bm25", "sample_random", "sample_semantic", "shares_a_term"]
+__all__ = ["Neighbours", "SentencePool", "available_pairs", "bm25_neighbours", "candidate_table", "embed_sentences", "faiss_search", "given_pairs",
+           "sample_bm25", "sample_random", "sample_semantic", "search_depth", "shares_a_term", "top_k_pairs"]

@@ -67,10 +67,12 @@ class Teacher:
     Args:
         members: one cross-encoder, one bi-encoder, or several (an ensemble: the mean of mapped scores).
 
-    Example::
-
-        teacher = Teacher.cross_encoder("runs/x/models/cross_encoder")
-        teacher.labeler  # 'cross_encoder@3f2a9c01b7de', recorded in every silver pair
+    Example:
+        >>> teacher = Teacher.cross_encoder(cross_encoder_dir)  # a trained cross-encoder's directory
+        >>> teacher.kind, teacher.combine([np.array([0.25, 0.75])])
+        ('cross-encoder', array([0.25, 0.75]))
+        >>> teacher.labeler == Teacher.load(teacher.save(tmp_dir)).labeler  # its fingerprint, in every silver pair
+        True
     """
 
     members: tuple[TeacherMember, ...]

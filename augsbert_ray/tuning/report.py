@@ -9,7 +9,8 @@ from typing import Any
 
 from augsbert_ray.files import atomic_write_text
 from augsbert_ray.report import gate_line
-from augsbert_ray.tuning.search import Outcome, asha_schedule
+from augsbert_ray.tuning.search import asha_schedule
+from augsbert_ray.tuning.trials import Outcome
 
 
 def tuning_summary(outcomes: dict[str, Outcome], test_scores: dict[str, float], metric: str) -> dict[str, Any]:

