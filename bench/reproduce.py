@@ -594,8 +594,8 @@ class Options:
             quick=args.quick, seeds=seeds, only=tuple(args.only or ()), runs=runs, data_dir=args.data_dir, cpus=args.cpus,
             gpu=args.gpu, part=args.part, collect=args.collect, beside=Path(args.beside) if args.beside else None,
             settings=tuple(args.set),
-            results=Path(args.results) if args.results else ROOT / "docs" / "RESULTS.md" if whole else runs / "RESULTS.md",
-            json=Path(args.json) if args.json else ROOT / "bench" / "results" / "reproduce.json" if whole else runs / "reproduce.json",
+            results=Path(args.results) if args.results is not None else ROOT / "docs" / "RESULTS.md" if whole else runs / "RESULTS.md",
+            json=Path(args.json) if args.json is not None else ROOT / "bench" / "results" / "reproduce.json" if whole else runs / "reproduce.json",
             verbose=args.verbose,
         )
 

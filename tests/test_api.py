@@ -25,13 +25,14 @@ def test_help_shows_the_api() -> None:
         assert name in text, name
 
 
-@pytest.mark.parametrize("name", ar.__all__)
+@pytest.mark.parametrize("name", [name for name in ar.__all__ if callable(getattr(ar, name))])
 def test_every_public_name_is_documented(name: str) -> None:
     public = getattr(ar, name)
     doc = inspect.getdoc(public) or ""
     assert "Example" in doc and ">>>" in doc, f"{name}: no runnable Example"
     if inspect.isfunction(public):
-        assert "Args:" in doc and "Returns:" in doc, f"{name}: no Args or Returns"
+        assert "Returns:" in doc, f"{name}: no Returns"
+        assert "Args:" in doc or not inspect.signature(public).parameters, f"{name}: no Args"
 
 
 def test_the_examples_run(ray_session, tiny_cross_encoder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -39,7 +40,7 @@ def test_the_examples_run(ray_session, tiny_cross_encoder: Path, tmp_path: Path,
     globs = {"ar": ar, "np": np, "Path": Path, "cross_encoder_dir": str(tiny_cross_encoder), "tmp_dir": tmp_path}
     finder = doctest.DocTestFinder(recurse=False)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    documented = [ar, *(getattr(ar, name) for name in ar.__all__), scoring.scorer_for, scoring.base.PairScorer,
+    documented = [ar, *(getattr(ar, name) for name in ar.__all__ if callable(getattr(ar, name))), scoring.scorer_for, scoring.base.PairScorer,
                   pipeline.steps.Step, pipeline.context.FitRecord]
     for public in documented:
         module = inspect.getmodule(public)

@@ -82,3 +82,44 @@ def test_the_cli_calls_only_the_public_api() -> None:
             for module in modules:
                 if module.startswith("augsbert_ray"):
                     assert module == "augsbert_ray" or module.startswith("augsbert_ray.cli"), f"{path.name} imports {module}"
+
+
+BENCH = PACKAGE.parent / "bench"
+
+
+def public_names(module: str) -> set[str]:
+    """``__all__`` of augsbert_ray or of a namespace right below it (a subpackage, or a module such as files); a
+    deeper module is private, whatever it lists."""
+    import importlib
+
+    if module != "augsbert_ray" and module.count(".") != 1:
+        return set()
+    return set(getattr(importlib.import_module(module), "__all__", ()))
+
+
+def test_experiments_use_only_public_names() -> None:
+    """bench/ runs as a package (`python -m bench.<script>`) on the public API: every name it takes from augsbert_ray
+    is in the ``__all__`` of augsbert_ray or of one of its subpackages, and nothing edits sys.path."""
+    scripts = sorted(BENCH.glob("*.py"))
+    assert (BENCH / "__init__.py") in scripts and (BENCH / "reproduce.py") in scripts
+    for path in scripts:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "augsbert_ray":
+                private = [alias.name for alias in node.names if alias.name not in public_names(node.module)]
+                assert not private, f"bench/{path.name}: from {node.module} import {', '.join(private)}: not in an __all__"
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == "augsbert_ray":
+                        assert alias.name == "augsbert_ray", f"bench/{path.name}: import {alias.name}"
+            elif isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name) and node.value.id == "sys":
+                raise AssertionError(f"bench/{path.name}:{node.lineno}: sys.path (import siblings as bench.<script>)")
+    for script in BENCH.glob("*.sh"):
+        assert "sys.path" not in script.read_text(encoding="utf-8"), f"bench/{script.name} edits sys.path"
+
+
+def test_the_package_finds_no_checkout_paths_from_its_own_location() -> None:
+    """jobs/, docs/ and bench/ belong to the source checkout, not to an installed package: nothing under augsbert_ray/
+    walks up from its own file (``Path(__file__).parents[...]``) to reach them."""
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert "parents[" not in text, f"{path.relative_to(PACKAGE.parent)} walks up the checkout (parents[...])"

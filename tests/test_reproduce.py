@@ -1,6 +1,5 @@
-"""`augsbert reproduce` tabulates a seed made as --part runs as one run."""
+"""`python -m bench.reproduce` tabulates a seed made as --part runs as one run."""
 
-import argparse
 import json
 import re
 import shutil
@@ -9,8 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from augsbert_ray import reproduce
-from augsbert_ray.report import MODEL_TITLES
+from augsbert_ray.pipeline import MODEL_TITLES
+from bench import reproduce
+from bench.reproduce import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,15 +25,14 @@ def write_run(run_dir: Path, strategies: list[str], test: dict[str, float], seco
 
 
 def test_a_seed_made_as_two_parts_is_merged_into_one_run(tmp_path: Path) -> None:
-    args = argparse.Namespace(quick=False)
     shared = {"jaccard": 40.0, "zero_shot": 45.0, "cross_encoder": 52.0}
     write_run(tmp_path / "bws_in_topic-full-seed43_rest-20261123-190000", ["bm25", "random", "semantic", "bm25+semantic"],
               {**shared, "sbert": 60.0, "augsbert_bm25": 62.0, "augsbert_rs": 61.0, "augsbert_ss": 61.5, "augsbert_bm25_ss": 61.7}, 100.0)
-    assert reproduce.seed_result("bws_in_topic", 43, args, tmp_path) is None  # one part alone is not a result
+    assert reproduce.seed_result("bws_in_topic", 43, tmp_path) is None  # one part alone is not a result
     write_run(tmp_path / "bws_in_topic-full-seed43_kde-20261123-210000", ["kde"],
               {**shared, "cross_encoder": 52.5, "sbert": 59.0, "augsbert_kde": 58.0}, 200.0)
 
-    metrics, spec, _ = reproduce.seed_result("bws_in_topic", 43, args, tmp_path)
+    metrics, spec, _ = reproduce.seed_result("bws_in_topic", 43, tmp_path)
     assert set(metrics["test"]) == {*shared, "sbert", "augsbert_bm25", "augsbert_rs", "augsbert_ss", "augsbert_bm25_ss", "augsbert_kde"}
     assert metrics["test"]["augsbert_kde"] == 58.0 and metrics["details"]["augsbert_kde"] == {"test": 58.0}
     assert metrics["test"]["sbert"] == 60.0 and metrics["test"]["cross_encoder"] == 52.0  # shared rows: the rest part's
@@ -43,20 +42,19 @@ def test_a_seed_made_as_two_parts_is_merged_into_one_run(tmp_path: Path) -> None
 
     # a whole run of the seed wins over its parts (and the rest + kde split over the lexical + semantic + kde one)
     write_run(tmp_path / "bws_in_topic-full-seed43-20261123-230000", ["bm25"], {**shared, "sbert": 1.0}, 10.0)
-    assert reproduce.seed_result("bws_in_topic", 43, args, tmp_path)[0]["test"]["sbert"] == 1.0
+    assert reproduce.seed_result("bws_in_topic", 43, tmp_path)[0]["test"]["sbert"] == 1.0
 
 
 def test_a_seed_made_as_three_parts_is_merged_into_one_run(tmp_path: Path) -> None:
-    args = argparse.Namespace(quick=False)
     shared = {"jaccard": 80.0, "zero_shot": 81.0, "cross_encoder": 84.0}
     write_run(tmp_path / "mrpc-full-seed44_lexical-20261124-220000", ["bm25", "random"],
               {**shared, "sbert": 83.0, "augsbert_bm25": 84.0, "augsbert_rs": 82.0}, 100.0)
     write_run(tmp_path / "mrpc-full-seed44_kde-20261125-010000", ["kde"], {**shared, "sbert": 82.0, "augsbert_kde": 83.5}, 50.0)
-    assert "augsbert_ss" not in reproduce.seed_result("mrpc", 44, args, tmp_path)[0]["test"]  # lexical + kde, for now
+    assert "augsbert_ss" not in reproduce.seed_result("mrpc", 44, tmp_path)[0]["test"]  # lexical + kde, for now
     write_run(tmp_path / "mrpc-full-seed44_semantic-20261125-030000", ["semantic", "bm25+semantic"],
               {**shared, "cross_encoder": 84.25, "sbert": 82.5, "augsbert_ss": 81.0, "augsbert_bm25_ss": 82.0}, 70.0)
 
-    metrics, spec, _ = reproduce.seed_result("mrpc", 44, args, tmp_path)
+    metrics, spec, _ = reproduce.seed_result("mrpc", 44, tmp_path)
     assert metrics["test"] == {**shared, "sbert": 83.0, "augsbert_bm25": 84.0, "augsbert_rs": 82.0, "augsbert_kde": 83.5,
                                "augsbert_ss": 81.0, "augsbert_bm25_ss": 82.0}  # SBERT: the seed-optimized one
     assert metrics["parts"]["semantic"]["test_gap_of_shared_rows"]["cross_encoder"] == 0.25
@@ -66,19 +64,18 @@ def test_a_seed_made_as_three_parts_is_merged_into_one_run(tmp_path: Path) -> No
 
 def test_a_seed_of_lexical_and_kde_parts_keeps_a_bi_encoder_teachers_rows(tmp_path: Path) -> None:
     """Without the semantic part a seed is lexical + kde; once the semantic part finishes, the whole split wins."""
-    args = argparse.Namespace(quick=False)
     shared = {"jaccard": 40.0, "zero_shot": 45.0, "teacher_bi_encoder": 58.8}  # a bi-encoder teacher: no cross-encoder
     write_run(tmp_path / "bws_cross_topic-full-seed42_lexical-20261126-074522", ["bm25", "random"],
               {**shared, "sbert": 54.1, "augsbert_bm25": 54.6, "augsbert_rs": 54.7}, 100.0)
-    assert reproduce.seed_result("bws_cross_topic", 42, args, tmp_path) is None
+    assert reproduce.seed_result("bws_cross_topic", 42, tmp_path) is None
     write_run(tmp_path / "bws_cross_topic-full-seed42_kde-20261127-010000", ["kde"], {**shared, "sbert": 53.0, "augsbert_kde": 55.0}, 50.0)
-    metrics, spec, _ = reproduce.seed_result("bws_cross_topic", 42, args, tmp_path)
+    metrics, spec, _ = reproduce.seed_result("bws_cross_topic", 42, tmp_path)
     assert metrics["test"] == {**shared, "sbert": 54.1, "augsbert_bm25": 54.6, "augsbert_rs": 54.7, "augsbert_kde": 55.0}
     assert metrics["parts"]["kde"]["test_gap_of_shared_rows"] == {"jaccard": 0.0, "zero_shot": 0.0, "teacher_bi_encoder": 0.0}
     assert sorted(spec["sampling"]["strategies"]) == ["bm25", "kde", "random"]
     write_run(tmp_path / "bws_cross_topic-full-seed42_semantic-20261127-030000", ["semantic", "bm25+semantic"],
               {**shared, "sbert": 53.5, "augsbert_ss": 54.0, "augsbert_bm25_ss": 54.2}, 70.0)
-    assert reproduce.seed_result("bws_cross_topic", 42, args, tmp_path)[0]["test"]["augsbert_ss"] == 54.0
+    assert reproduce.seed_result("bws_cross_topic", 42, tmp_path)[0]["test"]["augsbert_ss"] == 54.0
 
 
 def test_parts_run_the_strategies_a_whole_run_runs() -> None:
@@ -154,8 +151,6 @@ def linked_files(page: Path) -> list[Path]:
 
 
 def test_results_page_links_each_tabulated_runs_spec_instead_of_inlining_it(tmp_path: Path) -> None:
-    from augsbert_ray.cli import main
-
     runs = tmp_path / "runs"
     shared = {"jaccard": 40.0, "zero_shot": 45.0, "cross_encoder": 52.0}
     whole = {**shared, "sbert": 60.0, "augsbert_bm25": 62.0, "augsbert_rs": 61.0}
@@ -167,7 +162,7 @@ def test_results_page_links_each_tabulated_runs_spec_instead_of_inlining_it(tmp_
     write_run(runs / "mrpc-full-seed42-20261123-230000", ["bm25"], whole, 100.0, {"kind": "bi-encoder", "bi_encoder": {"model": "mpnet"}})
     page = tmp_path / "docs" / "RESULTS.md"
     page.parent.mkdir()
-    command = ["reproduce", "--collect", "--only", "bws_in_topic", "mrpc", "--runs", str(runs), "--results", str(page),
+    command = ["--collect", "--only", "bws_in_topic", "mrpc", "--runs", str(runs), "--results", str(page),
                "--json", str(tmp_path / "reproduce.json")]
     assert main(command) == 0
 
@@ -180,17 +175,15 @@ def test_results_page_links_each_tabulated_runs_spec_instead_of_inlining_it(tmp_
     assert links == sorted(run / "spec.yaml" for run in runs.iterdir() if "seed44" not in run.name)
     assert "../runs/bws_in_topic-full-seed43_kde-20261123-210000/spec.yaml" in text  # relative to the page
     assert "| bws_in_topic | 43 | kde |" in text and "| bws_in_topic | 42 | whole |" in text
-    assert f"Command: `augsbert {' '.join(command)}`" in text
+    assert f"Command: `.venv/bin/python -m bench.reproduce {' '.join(command)}`" in text
 
 
 def test_results_page_keeps_its_hand_written_notes_when_written_again(tmp_path: Path) -> None:
-    from augsbert_ray.cli import main
-
     runs = tmp_path / "runs"
     write_run(runs / "mrpc-full-seed42-20261123-230000", ["bm25"],
               {"jaccard": 40.0, "zero_shot": 45.0, "cross_encoder": 52.0, "sbert": 60.0, "augsbert_bm25": 59.0, "augsbert_rs": 61.0}, 100.0)
     page = tmp_path / "RESULTS.md"
-    command = ["reproduce", "--collect", "--only", "mrpc", "--runs", str(runs), "--results", str(page), "--json", str(tmp_path / "r.json")]
+    command = ["--collect", "--only", "mrpc", "--runs", str(runs), "--results", str(page), "--json", str(tmp_path / "r.json")]
     assert main(command) == 0
     assert reproduce.NOTES_HEADING not in page.read_text(encoding="utf-8")
     notes = f"{reproduce.NOTES_HEADING}\n\n- mrpc: BM25 missed by 1.00; tried more silver.\n  Second line.\n"
@@ -208,8 +201,6 @@ def test_results_page_keeps_its_hand_written_notes_when_written_again(tmp_path: 
 def test_another_teachers_runs_are_tabulated_beside_the_pages_own(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Each set's own teacher row (a cross-encoder here, an ensemble there), its fine-tuned bi-encoder where it has
     one, and the students: this page's mean / the other set's, with the other's seeds where fewer."""
-    from augsbert_ray.cli import main
-
     minilm, mpnet = tmp_path / "minilm_runs", tmp_path / "mpnet_runs"
     for seed, sbert in ((42, 60.0), (43, 62.0)):
         write_run(minilm / f"bws_in_topic-full-seed{seed}-20261123-190000", ["bm25", "random"],
@@ -221,12 +212,12 @@ def test_another_teachers_runs_are_tabulated_beside_the_pages_own(tmp_path: Path
     write_run(mpnet / "transfer_stsb_bws-full-seed42-20261127-190000", ["bm25"],
               {"teacher": 60.0, "sbert_source": 59.0, "augsbert": 60.5, "sbert_target": 65.0}, 100.0, ensemble)
     page = tmp_path / "RESULTS.md"
-    assert main(["reproduce", "--collect", "--only", "bws_in_topic", "transfer_stsb_bws", "--runs", str(minilm), "--results", str(page),
+    assert main(["--collect", "--only", "bws_in_topic", "transfer_stsb_bws", "--runs", str(minilm), "--results", str(page),
                  "--json", str(tmp_path / "r.json"), "--beside", str(mpnet)]) == 0
 
     text = page.read_text(encoding="utf-8")
     beside = text.split(f"## Beside the runs in `{mpnet.as_posix()}`")[1].split("## Effects")[0]
-    assert main(["reproduce", "--collect", "--runs", str(minilm), "--results", str(page), "--beside", str(tmp_path / "nothing")]) == 2
+    assert main(["--collect", "--runs", str(minilm), "--results", str(page), "--beside", str(tmp_path / "nothing")]) == 2
     assert f"--beside {tmp_path / 'nothing'}: no such directory of runs" in capsys.readouterr().err
     assert "bws_in_topic: ensemble of cross-encoder from minilm and bi-encoder mpnet fine-tuned on gold" in beside
     assert "| model | BWS in-topic, Spearman |\n" in beside and "| model | STSb → BWS in-topic, Spearman |\n" in beside  # --only's
@@ -268,9 +259,7 @@ def test_a_bi_encoder_teachers_row_and_effects_are_tabulated() -> None:
 
 def test_every_set_of_reproduce_counts() -> None:
     """Before: a second --set replaced the first (`augsbert run`'s --set is repeated the same way)."""
-    parser = argparse.ArgumentParser()
-    reproduce.add_arguments(parser)
-    assert parser.parse_args(["--set", "a=1", "b=2", "--set", "c=3"]).set == ["a=1", "b=2", "c=3"]
+    assert reproduce.parse_options(["--set", "a=1", "b=2", "--set", "c=3"]).settings == ("a=1", "b=2", "c=3")
 
 
 @pytest.mark.parametrize(("arguments", "message"), [
@@ -289,12 +278,10 @@ def test_every_set_of_reproduce_counts() -> None:
      "--part, --cpus: --collect runs nothing, and tabulates the finished runs whatever they were made with"),
 ])
 def test_reproduce_refuses_bad_options_before_any_run(tmp_path: Path, capsys: pytest.CaptureFixture, arguments: list[str], message: str) -> None:
-    from augsbert_ray.cli import main
-
     (tmp_path / "runs").mkdir()
     defaults = ["--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "r.md"), "--json", str(tmp_path / "r.json")]
-    assert main(["reproduce", "--collect", *defaults, *(argument.format(tmp=tmp_path) for argument in arguments)]) == 2
-    assert capsys.readouterr().err == f"augsbert reproduce: error: {message.format(tmp=tmp_path)}\n"
+    assert main(["--collect", *defaults, *(argument.format(tmp=tmp_path) for argument in arguments)]) == 2
+    assert capsys.readouterr().err == f"bench.reproduce: error: {message.format(tmp=tmp_path)}\n"
 
 
 @pytest.mark.parametrize(("content", "message"), [
@@ -305,24 +292,20 @@ def test_reproduce_refuses_bad_options_before_any_run(tmp_path: Path, capsys: py
     ('{"test": {"sbert": NaN}, "details": {"sbert": {}}}', "metrics.json: the test score of sbert is nan, not a number a mean can take"),
 ])  # NaN: before, statistics.stdev's AttributeError, a traceback
 def test_a_broken_run_file_is_one_line_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture, content: str, message: str) -> None:
-    from augsbert_ray.cli import main
-
     run_dir = tmp_path / "runs" / "mrpc-full-seed42-20261123-230000"
     write_run(run_dir, ["bm25"], {"sbert": 60.0}, 100.0)
     (run_dir / "metrics.json").write_text(content)
-    assert main(["reproduce", "--collect", "--only", "mrpc", "--seeds", "42", "--runs", str(tmp_path / "runs"),
+    assert main(["--collect", "--only", "mrpc", "--seeds", "42", "--runs", str(tmp_path / "runs"),
                  "--results", str(tmp_path / "r.md"), "--json", str(tmp_path / "r.json")]) == 2
-    assert capsys.readouterr().err.startswith(f"augsbert reproduce: error: {run_dir / message}")
+    assert capsys.readouterr().err.startswith(f"bench.reproduce: error: {run_dir / message}")
 
 
 def test_a_run_without_random_sampling_and_a_row_of_fewer_seeds_are_tabulated(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Before: `KeyError: 'augsbert_rs'` (a traceback) for runs of BM25 alone, and a row of 2 of 3 seeds read as a
     mean over all 3."""
-    from augsbert_ray.cli import main
-
     for seed, extra in ((42, {"augsbert_ss": 61.0}), (43, {"augsbert_ss": 63.0}), (44, {})):
         write_run(tmp_path / "runs" / f"mrpc-full-seed{seed}-20261123-230000", ["bm25"], {"sbert": 60.0, "augsbert_bm25": 61.0, **extra}, 1.0)
-    assert main(["reproduce", "--collect", "--only", "mrpc", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "r.md"),
+    assert main(["--collect", "--only", "mrpc", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "r.md"),
                  "--json", str(tmp_path / "r.json")]) == 0
     page = (tmp_path / "r.md").read_text()
     assert "| 62.00 ± 1.41 (2 of 3 seeds) |" in page and "| 61.00 ± 0.00 |" in page
@@ -335,19 +318,14 @@ def test_a_run_without_random_sampling_and_a_row_of_fewer_seeds_are_tabulated(tm
 def test_only_the_whole_reproduction_writes_the_committed_page_by_default(arguments: list[str], whole: bool) -> None:
     """Before: `--only bws_in_topic --seeds 43 --part kde` (this module's own example) replaced docs/RESULTS.md, of
     six experiments and three seeds, with a page of one seed."""
-    parser = argparse.ArgumentParser()
-    reproduce.add_arguments(parser)
-    args = parser.parse_args(["--runs", "runs/elsewhere", *arguments])
-    args.seeds = args.seeds or ([42] if args.quick else reproduce.DEFAULT_SEEDS)
-    reproduce.default_outputs(args)
+    options = reproduce.parse_options(["--runs", "runs/elsewhere", *arguments])
     expected = ((reproduce.ROOT / "docs" / "RESULTS.md", reproduce.ROOT / "bench" / "results" / "reproduce.json") if whole
                 else (Path("runs/elsewhere/RESULTS.md"), Path("runs/elsewhere/reproduce.json")))
-    assert (Path(args.results), Path(args.json)) == expected
+    assert (options.results, options.json) == expected
 
 
 def test_a_finished_run_made_with_other_settings_is_not_reused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Before: `--set teacher.kind=bi-encoder` reused the finished cross-encoder run and tabulated it as asked for."""
-    from augsbert_ray.cli import main
     from augsbert_ray.config import dump_spec, load_spec
 
     runs = tmp_path / "runs"
@@ -359,17 +337,17 @@ def test_a_finished_run_made_with_other_settings_is_not_reused(tmp_path: Path, c
     spec = load_spec(reproduce.ROOT / "jobs" / "mrpc_indomain.yaml", [*overrides, f"cross_encoder.trained={tmp_path / 'sibling'}"])
     (run_dir / "spec.yaml").write_text(dump_spec(spec))
     shutil.rmtree(tmp_path / "sibling")  # the part's teacher was copied from a sibling part that is gone since
-    arguments = ["reproduce", "--only", "mrpc", "--seeds", "42", "--part", "kde", "--runs", str(runs), "--results", str(tmp_path / "r.md"),
+    arguments = ["--only", "mrpc", "--seeds", "42", "--part", "kde", "--runs", str(runs), "--results", str(tmp_path / "r.md"),
                  "--json", str(tmp_path / "r.json")]
     assert main(arguments) == 0  # the same settings: reused, nothing run
     assert main([*arguments, "--set", "teacher.kind=bi-encoder"]) == 2
-    assert capsys.readouterr().err == (f"augsbert reproduce: error: {run_dir} finished with other settings than asked for: teacher.kind "
+    assert capsys.readouterr().err == (f"bench.reproduce: error: {run_dir} finished with other settings than asked for: teacher.kind "
                                        "('cross-encoder' -> 'bi-encoder'); give another --runs, or move the run away to run it again\n")
 
 
 def test_a_verdict_agrees_with_the_difference_it_prints() -> None:
     """Before: 64.02 - 62.52 (1.4999999999999929 in floats) was printed as +1.50 and judged 'missed'."""
-    from augsbert_ray.reproduce import deltas, summarize
+    from bench.reproduce import deltas, summarize
 
     results = {"bws_cross_topic": {"sbert": summarize([62.52] * 3), "augsbert_bm25": summarize([64.02] * 3), "augsbert_rs": summarize([64.02] * 3)},
                "transfer_stsb_bws": {"sbert_source": summarize([59.02] * 3), "augsbert": summarize([64.02] * 3)}}

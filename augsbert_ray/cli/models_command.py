@@ -8,7 +8,7 @@ import augsbert_ray as ar
 
 
 def models_command(args: argparse.Namespace) -> int:
-    known = list(ar.MODEL_ALIASES)
+    known = list(ar.model_aliases())
     unknown = [alias for alias in args.aliases if alias not in known]
     if unknown:
         raise ValueError(f"unknown model alias {', '.join(unknown)}; known: {', '.join(known)}")

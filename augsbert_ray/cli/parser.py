@@ -236,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
         "it. Parts are read from $AUGSBERT_MODEL_PARTS (a folder of *.zip.001...) before the installed packages. With no "
         "part at all and HF_HUB_OFFLINE unset, the alias resolves to its Hugging Face id.",
     )
-    models.add_argument("aliases", nargs="*", metavar="ALIAS", help=f"one of {', '.join(ar.MODEL_ALIASES)} (default: all)")
+    models.add_argument("aliases", nargs="*", metavar="ALIAS", help=f"one of {', '.join(ar.model_aliases())} (default: all)")
     models.set_defaults(handler=models_command)
     address_help = "Ray dashboard URL (default: $RAY_API_SERVER_ADDRESS, else an http(s) $RAY_ADDRESS, else http://127.0.0.1:8265)"
     insecure_help = "send the auth token over plain http:// to a host other than this one (anyone on the network path can read it)"

@@ -12,7 +12,7 @@ class SpecError(ValueError):
 
     Example:
         >>> try:
-        ...     load_spec(None, ["sampling.strategies=[bm25, magic]"])
+        ...     ar.load_spec(None, ["sampling.strategies=[bm25, magic]"])
         ... except SpecError as exc:
         ...     print(str(exc).splitlines()[1].split(":")[0].strip())
         sampling.strategies.1

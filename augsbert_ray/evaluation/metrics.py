@@ -51,7 +51,14 @@ def f1_at(scores: Sequence[float], labels: Sequence[int], threshold: float) -> f
 
 
 class UnusableScores(ValueError):
-    """A model's scores that no metric can rank: NaN or infinite, or one value for every pair."""
+    """A model's scores that no metric can rank: NaN or infinite, or one value for every pair.
+
+    Example:
+        >>> check_scores(np.array([0.5, np.nan]), "sbert: dev split")
+        Traceback (most recent call last):
+        ...
+        augsbert_ray.evaluation.metrics.UnusableScores: sbert: dev split: ...
+    """
 
 
 def check_finite(scores: np.ndarray, what: str) -> None:

@@ -97,10 +97,13 @@ def evaluate(
         where the threshold was picked.
 
     Example:
-        ::
+        >>> rows = [f"A man plays {game}.,A man is playing {game}.,{i % 5}\\n" for i, game in enumerate(["chess", "golf", "go"])]
+        >>> _ = (tmp_dir / "pairs.csv").write_text("sentence1,sentence2,label\\n" + "".join(rows))
+        >>> result = evaluate(cross_encoder_dir, tmp_dir / "pairs.csv", score_range=(0, 4), notes=lambda line: None)
+        >>> result.kind, result.task, result.rows
+        ('cross_encoder', 'regression', {'read': 3, 'accepted': 3, 'rejected': 0, 'dev': 3, 'test': 3})
 
-            result = evaluate("runs/<run>/models/sbert", "stsb", data_dir="../shared/data")
-            result.evaluation.test, result.rows["test"]
+        A run's SBERT on STSb's dev and test splits: ``evaluate("runs/<run>/models/sbert", "stsb").evaluation.test``.
     """
     note = notes or _to_stderr
     data, dev = str(data), None if dev is None else str(dev)

@@ -77,8 +77,8 @@ def label(
         >>> pairs = ray.data.from_items([{"sentence1": "A man plays.", "sentence2": "A man is playing."},
         ...                              {"sentence1": "A cat sleeps.", "sentence2": ""}])
         >>> silver = ar.label(pairs, cross_encoder_dir)  # a trained cross-encoder's directory
-        >>> rows = silver.take_all()
-        >>> [sorted(row) for row in rows][0], np.isnan(rows[1]["score"])
+        >>> rows = {row["sentence1"]: row for row in silver.take_all()}
+        >>> sorted(rows["A man plays."]), bool(np.isnan(rows["A cat sleeps."]["score"]))
         (['labeler', 'score', 'sentence1', 'sentence2'], True)
     """
     settings = settings or LabelingSpec()

@@ -255,7 +255,12 @@ def _labeler_settings(pending: list[Shard], output: Path, job: LabelJob, calibra
 
 
 class LabelerFailure(RuntimeError):
-    """The labeler failed in this process (``labels_here``), as an actor's failure would on Ray: ``Type: message``."""
+    """The labeler failed in this process (``labels_here``), as an actor's failure would on Ray: ``Type: message``.
+
+    Example:
+        >>> str(LabelerFailure("OSError: model.safetensors: no such file"))
+        'OSError: model.safetensors: no such file'
+    """
 
 
 def _label_here(pending: list[Shard], output: Path, job: LabelJob, calibration: list[tuple[str, str]] | None) -> Iterator[dict[str, Any]]:

