@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 from augsbert_ray.config import JobSpec, dump_spec
 
+__all__ = ["MODEL_TITLES", "gate_line", "plot_score_densities", "write_report"]
+
 MODEL_TITLES = {
     "cross_encoder": "Cross-encoder (upper bound)",
     "teacher_bi_encoder": "Bi-encoder teacher (teacher.bi_encoder fine-tuned on gold, one seed: that model's SBERT; beside a cross-encoder teacher, with evaluation.teacher_bi_encoder)",

@@ -50,7 +50,8 @@ from typing import Any
 import yaml
 
 import augsbert_ray as ar
-from augsbert_ray.pipeline import MODEL_TITLES, comparable_spec, describe, flatten
+from augsbert_ray.pipeline import comparable_spec, describe, flatten
+from augsbert_ray.report import MODEL_TITLES
 
 ROOT = Path(__file__).resolve().parents[1]  # the source checkout: jobs/, docs/, bench/results/
 COMMAND = [".venv/bin/python", "-m", "bench.reproduce"]  # as the results page records it

@@ -33,12 +33,14 @@ JOB = "jobs/stsb_indomain_bm25.yaml"
 def tiny_run_settings(
     tiny_model: Path, output_dir: Path, name: str, strategies: tuple[str, ...] = tuple(STRATEGIES), extra: tuple[str, ...] = ()
 ) -> list[str]:
-    """``strategies`` on 300 gold pairs with the tiny BERT as each model; 500-pair shards (the KDE pool has six);
-    then the ``extra`` settings."""
+    """``strategies`` on 300 gold pairs with the tiny BERT as each model; each sentence's one best BM25 (and
+    semantic) neighbour, which sizes the random pool too; 500-pair shards (the KDE pool has six); then the ``extra``
+    settings."""
     settings = [
         "data.train_limit=300", f"cross_encoder.model={tiny_model}", f"bi_encoder.model={tiny_model}",
         f"evaluation.zero_shot_model={tiny_model}", "cross_encoder.epochs=1", f"output_dir={output_dir}", f"name={name}",
-        f"sampling.strategies=[{', '.join(strategies)}]", "sampling.kde_pool=3000", "labeling.shard_rows=500", *extra,
+        f"sampling.strategies=[{', '.join(strategies)}]", "sampling.top_k=1", "sampling.kde_pool=3000",
+        "labeling.shard_rows=500", *extra,
     ]
     return [item for setting in settings for item in ("--set", setting)]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from augsbert_ray.pipeline import MODEL_TITLES
+from augsbert_ray.report import MODEL_TITLES
 from bench import reproduce
 from bench.reproduce import main
 

@@ -59,25 +59,27 @@ def test_candidate_invariants(gold, strategy: str) -> None:
         assert set(pair_set(other)) != set(pairs)
 
 
-@pytest.mark.parametrize("strategy", ["semantic", "bm25+semantic"])
-def test_semantic_candidate_invariants(ray_session, gold, tiny_model, strategy: str, monkeypatch) -> None:
+def test_semantic_candidate_invariants(ray_session, gold, tiny_model, monkeypatch) -> None:
+    """semantic and bm25+semantic (one test: each semantic search starts an embedding actor pool, three here): the
+    invariants of each, the same table from a search made again, and a union that searches neither again."""
     pool = SentencePool.from_pairs(gold.train)
     excluded = pool.gold_codes([gold.train, gold.dev, gold.test])
     kwargs = {"semantic_model": str(tiny_model), "resources": LabelingSpec()}
-    table = candidate_table(strategy, pool, excluded, SamplingSpec(top_k=2), seed=5, **kwargs)
-    pairs = check_invariants(table, gold, strategy)
-    assert table.num_rows <= 2 * len(pool) * (2 if strategy == "bm25+semantic" else 1)
-    if strategy == "bm25+semantic":
-        found: dict = {}
-        bm25 = set(pair_set(candidate_table("bm25", pool, excluded, SamplingSpec(top_k=2), seed=5, found=found)))
-        semantic = set(pair_set(candidate_table("semantic", pool, excluded, SamplingSpec(top_k=2), seed=5, found=found, **kwargs)))
-        assert set(pairs) == bm25 | semantic
-        # given the neighbours that bm25 and semantic found, the union searches neither again
-        for search in ("sample_bm25", "sample_semantic"):
-            monkeypatch.setattr(sampling_module, search, lambda *args, name=search: pytest.fail(f"{name} ran again"))
-        assert candidate_table(strategy, pool, excluded, SamplingSpec(top_k=2), seed=5, found=found, **kwargs).equals(table)
-    else:
-        assert candidate_table(strategy, pool, excluded, SamplingSpec(top_k=2), seed=5, **kwargs).equals(table)
+    found: dict = {}
+    semantic = candidate_table("semantic", pool, excluded, SamplingSpec(top_k=2), seed=5, found=found, **kwargs)
+    semantic_pairs = check_invariants(semantic, gold, "semantic")
+    assert semantic.num_rows <= 2 * len(pool)
+    assert candidate_table("semantic", pool, excluded, SamplingSpec(top_k=2), seed=5, **kwargs).equals(semantic)  # searched again
+
+    union = candidate_table("bm25+semantic", pool, excluded, SamplingSpec(top_k=2), seed=5, **kwargs)  # both searched anew
+    pairs = check_invariants(union, gold, "bm25+semantic")
+    assert union.num_rows <= 2 * len(pool) * 2
+    bm25 = set(pair_set(candidate_table("bm25", pool, excluded, SamplingSpec(top_k=2), seed=5, found=found)))
+    assert set(pairs) == bm25 | set(semantic_pairs)
+    # given the neighbours that bm25 and semantic found, the union searches neither again
+    for search in ("sample_bm25", "sample_semantic"):
+        monkeypatch.setattr(sampling_module, search, lambda *args, name=search: pytest.fail(f"{name} ran again"))
+    assert candidate_table("bm25+semantic", pool, excluded, SamplingSpec(top_k=2), seed=5, found=found, **kwargs).equals(union)
 
 
 def test_random_pools_are_sized_by_bm25_whether_or_not_it_runs(gold) -> None:

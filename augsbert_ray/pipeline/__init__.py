@@ -12,10 +12,9 @@ from augsbert_ray.pipeline.result import RunResult
 from augsbert_ray.pipeline.resume import resume_spec
 from augsbert_ray.pipeline.students import PlainFit, train_bi_encoder
 from augsbert_ray.pipeline.teacher import calibrate_teacher, train_cross_encoder, train_teacher, train_teacher_bi_encoder
-from augsbert_ray.report import MODEL_TITLES
 
 __all__ = [
-    "MODEL_TITLES", "FitRecord", "Gold", "PlainFit", "RunContext", "RunResult", "calibrate_teacher", "comparable_spec", "describe",
+    "FitRecord", "Gold", "PlainFit", "RunContext", "RunResult", "calibrate_teacher", "comparable_spec", "describe",
     "flatten", "read_gold", "resume_spec", "run", "train_bi_encoder", "train_cross_encoder", "train_teacher",
     "train_teacher_bi_encoder", "tune",
 ]
