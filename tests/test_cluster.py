@@ -330,7 +330,12 @@ def _cmdline(process: psutil.Process) -> list[str]:
 
 
 @pytest.mark.cluster
-def test_driver_killed_mid_labeling_resumes_without_relabeling(cluster: Cluster, tiny_cross_encoder: Path, pairs_file: Path, tmp_path: Path) -> None:
+def test_a_labeling_job_whose_driver_and_then_a_worker_node_are_killed_labels_every_pair_once(
+    cluster: Cluster, tiny_cross_encoder: Path, pairs_file: Path, tmp_path: Path
+) -> None:
+    """One labeling job, two real kills: its driver SIGKILLed mid-labeling; then, while the rerun resumes the job,
+    the raylet of a worker node that runs one of its actors. The rerun relabels no finished shard, finishes on the
+    node left (exit 0), and every pair is written exactly once. Last in the module: the cluster is a node short after."""
     output = tmp_path / "silver"
     command = label_command(cluster, tiny_cross_encoder, pairs_file, output)
     driver = subprocess.Popen(command, cwd=REPO, env=cluster.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -346,23 +351,11 @@ def test_driver_killed_mid_labeling_resumes_without_relabeling(cluster: Cluster,
     before = shards(output)
     assert 3 <= len(before) < SHARDS, f"kill came too late to test a resume: {len(before)} of {SHARDS} shards done"
 
-    rerun = subprocess.run(command, cwd=REPO, env=cluster.env, capture_output=True, text=True, timeout=600)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert f"shards: {SHARDS}, {len(before)} already done" in rerun.stdout
-    after = shards(output)
-    assert {name: after[name] for name in before} == before, "a finished shard was rewritten"
-    check_exactly_once(output, pairs_file)
-
-
-@pytest.mark.cluster
-def test_worker_node_raylet_killed_mid_labeling_job_finishes_exactly_once(cluster: Cluster, tiny_cross_encoder: Path, pairs_file: Path, tmp_path: Path) -> None:
-    output = tmp_path / "silver"
-    driver = subprocess.Popen(label_command(cluster, tiny_cross_encoder, pairs_file, output), cwd=REPO, env=cluster.env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rerun = subprocess.Popen(command, cwd=REPO, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log: list[str] = []
-    reader = threading.Thread(target=lambda: log.extend(driver.stdout), daemon=True)
+    reader = threading.Thread(target=lambda: log.extend(rerun.stdout), daemon=True)
     reader.start()
-    wait_for_shards(output, driver, at_least=1)
+    wait_for_shards(output, rerun, at_least=len(before) + 1)
     # The node to kill: one whose labeling actor is running now (the driver is on the head).
     node = next((n for n in ("worker-a", "worker-b") if labeling_actors(cluster, n)), None)
     assert node is not None, "no labeling actor on a worker node"
@@ -371,8 +364,11 @@ def test_worker_node_raylet_killed_mid_labeling_job_finishes_exactly_once(cluste
     os.kill(raylet.pid, signal.SIGKILL)
     assert done_at_kill < SHARDS, "the kill came after the last shard"
 
-    driver.wait(timeout=600)
+    rerun.wait(timeout=600)
     reader.join(timeout=10)
-    assert driver.returncode == 0, "".join(log)[-3000:]
+    assert rerun.returncode == 0, "".join(log)[-3000:]
+    assert f"shards: {SHARDS}, {len(before)} already done" in "".join(log)
     assert not psutil.pid_exists(raylet.pid) or psutil.Process(raylet.pid).status() == psutil.STATUS_ZOMBIE
+    after = shards(output)
+    assert {name: after[name] for name in before} == before, "a finished shard was rewritten"
     check_exactly_once(output, pairs_file)

@@ -55,19 +55,28 @@ def direct_scores(member: TeacherMember, pairs: pa.Table) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def ensemble(minilm_with_trained_head: Path, data_dir: Path) -> Teacher:
-    """MiniLM as a cross-encoder (head fitted to STSb) and as a bi-encoder. Random tiny models score every pair
-    nearly alike, and mapping such scores onto the gold scale would multiply float32 rounding by ~1e4."""
+def raw_ensemble(minilm_with_trained_head: Path, data_dir: Path) -> tuple[Teacher, list[np.ndarray]]:
+    """MiniLM as a cross-encoder (head fitted to STSb) and as a bi-encoder, unmapped, with each one's raw scores of
+    the first 300 STSb dev pairs (computed once for the module)."""
     members = (TeacherMember("cross_encoder", str(minilm_with_trained_head)), TeacherMember("bi_encoder", resolve_model("minilm")))
-    raw = Teacher(members)
     dev = stsb_table(data_dir, "dev", 300)
-    return raw.calibrated([direct_scores(m, dev) for m in raw.members], dev.column("label").to_numpy())
+    return Teacher(members), [direct_scores(m, dev) for m in members]
 
 
-def test_calibration_maps_each_member_onto_the_gold_scale(ensemble: Teacher, data_dir: Path) -> None:
-    dev = stsb_table(data_dir, "dev", 300)
-    labels = dev.column("label").to_numpy()
-    raw_scores = [direct_scores(member, dev) for member in ensemble.members]
+@pytest.fixture(scope="module")
+def ensemble(raw_ensemble: tuple[Teacher, list[np.ndarray]], data_dir: Path) -> Teacher:
+    """The MiniLM ensemble calibrated on 300 dev pairs. Random tiny models score every pair nearly alike, and
+    mapping such scores onto the gold scale would multiply float32 rounding by ~1e4."""
+    raw, raw_scores = raw_ensemble
+    return raw.calibrated(raw_scores, stsb_table(data_dir, "dev", 300).column("label").to_numpy())
+
+
+def test_calibration_maps_each_member_onto_the_gold_scale(
+    ensemble: Teacher, raw_ensemble: tuple[Teacher, list[np.ndarray]], data_dir: Path
+) -> None:
+    labels = stsb_table(data_dir, "dev", 300).column("label").to_numpy()
+    raw, raw_scores = raw_ensemble  # the same models' scores: direct_scores reads a member's kind and model only
+    assert [(m.kind, m.model) for m in raw.members] == [(m.kind, m.model) for m in ensemble.members]
     least_squares = ensemble.calibrated(raw_scores, labels, "least-squares")  # refits each member's map
     for member, fitted, scores in zip(ensemble.members, least_squares.members, raw_scores, strict=True):
         assert not member.is_identity

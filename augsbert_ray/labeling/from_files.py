@@ -17,10 +17,10 @@ import numpy as np
 from augsbert_ray.config import LabelingSpec, SamplingSpec, SpecError, check_output_dir
 from augsbert_ray.data import read_sentences
 from augsbert_ray.labeling import engine
+from augsbert_ray.labeling.dataset import load_teacher
 from augsbert_ray.labeling.engine import label_dataset, labels_in_process
 from augsbert_ray.labeling.job import LabelJob, LabelResult
 from augsbert_ray.scoring import Teacher
-from augsbert_ray.models import resolve_model
 from augsbert_ray.runtime import check_cpu_bf16, init_ray
 from augsbert_ray.sampling import SentencePool, available_pairs, candidate_table
 from augsbert_ray.sampling.neighbours import check_top_k
@@ -65,7 +65,7 @@ def label_files(
         pairs in 2 = labeled 1 + rejected 1 (truncated to max_seq_length: 0; shards: 1, 0 already done)
     """
     spec = _labeling_spec(spec, settings, address)
-    loaded = _teacher(teacher)
+    loaded = load_teacher(teacher)
     job = LabelJob(loaded, spec, text_columns=_text_columns(text_columns))
     return engine.label_files(_patterns(inputs), output, job, fmt=format, address=address)
 
@@ -114,7 +114,7 @@ def label_sentences(
     if strategy not in STRATEGIES:
         raise SpecError(f"strategy {strategy!r}: a sentence list is paired with one of {', '.join(STRATEGIES)}")
     spec = _labeling_spec(spec, settings, address)
-    loaded = _teacher(teacher)
+    loaded = load_teacher(teacher)
     if strategy == "bm25" and pairs is not None:
         raise SpecError("--pairs draws random pairs; --strategy bm25 pairs each sentence with its --top-k BM25 neighbours")
     named = isinstance(sentences, (str, Path))
@@ -137,14 +137,6 @@ def _labeling_spec(spec: LabelingSpec | None, settings: dict[str, Any], address:
     spec = spec if spec is not None else LabelingSpec(**settings)
     check_cpu_bf16(address, {"labeling.precision bf16": spec.bf16_on_cpu})
     return spec
-
-
-def _teacher(teacher: Teacher | str | Path) -> Teacher:
-    """A Teacher as given, the teacher.json file a path names, else a cross-encoder by name."""
-    if isinstance(teacher, Teacher):
-        return teacher
-    path = Path(teacher)
-    return Teacher.load(path) if path.is_file() else Teacher.cross_encoder(resolve_model(str(teacher)))
 
 
 def _text_columns(text_columns: str | Sequence[str]) -> tuple[str, str]:

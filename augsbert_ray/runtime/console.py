@@ -113,9 +113,9 @@ def setup_logging(verbose: bool = False) -> None:
         None.
 
     Example:
-        >>> setup_logging()
-        >>> log.getEffectiveLevel() <= logging.INFO
-        True
+        >>> setup_logging()  # as `augsbert` does before a command; a no-op where logging is set up already
+        >>> log.name  # the logger whose lines the console keeps
+        'augsbert'
     """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format=LOG_FORMAT, datefmt=LOG_DATE_FORMAT)
 
