@@ -146,9 +146,13 @@ def teacher_on_source_stage(spec: JobSpec) -> str:
     return teacher_stage(spec) + " on the source"
 
 
+def train_teacher_on_source(ctx: RunContext, source: Gold) -> tuple[Teacher, list[FitRecord]]:
+    return train_teacher(ctx, source)
+
+
 DOMAIN_TRANSFER = (
     Step(("source", "target", "candidate_source"), "read source and target data", read_transfer),
-    Step(("teacher", "teacher_fits"), teacher_on_source_stage, train_teacher),
+    Step(("teacher", "teacher_fits"), teacher_on_source_stage, train_teacher_on_source),
     Step(("sbert_source", "sbert_target"), "train SBERT on source gold (and target gold)", train_sbert_source),
     Step("checked", "teacher gate: teacher vs SBERT-source on the target dev", gate_transfer),
     Step("silver", "sample and label target candidates", label_transfer),
