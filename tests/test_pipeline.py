@@ -234,3 +234,19 @@ def test_a_resumed_run_may_change_resources_but_not_what_it_computes() -> None:
     assert comparable_spec(more_resources) == comparable_spec(first)
     for changed in ({"labeling": {"precision": "bf16"}}, {"labeling": {"shard_rows": 10}}, {"training": {"num_workers": 2}}):
         assert comparable_spec(JobSpec.model_validate(changed)) != comparable_spec(first), changed
+
+
+@pytest.mark.parametrize("scenario", ["IN_DOMAIN", "DOMAIN_TRANSFER", "TUNING"])
+def test_each_step_takes_only_what_earlier_steps_make(scenario: str) -> None:
+    """The step runner passes earlier values by parameter name: a name no earlier step makes fails only when a
+    whole run reaches that step (a transfer's teacher once asked for `gold`, which only in-domain makes)."""
+    import inspect
+
+    from augsbert_ray.pipeline import scenarios
+    from augsbert_ray.pipeline.steps import WALL_SECONDS
+
+    made: set[str] = {WALL_SECONDS}
+    for step in getattr(scenarios, scenario):
+        wanted = list(inspect.signature(step.run).parameters)[1:]
+        assert set(wanted) <= made, f"{scenario}: {step.names} takes {sorted(set(wanted) - made)}, made by no earlier step"
+        made |= set(step.names)
