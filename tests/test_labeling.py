@@ -38,12 +38,21 @@ def pair_table(pairs: list[tuple[str | None, str | None]]) -> pa.Table:
 
 @pytest.mark.parametrize("runtime", ["auto", "torch"])  # auto on CPU: ONNX Runtime fp32
 def test_scores_equal_a_direct_model_call(runtime: str, ray_session, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path) -> None:
+    """The engine's scores are the model's. And a pool's first output comes when its first shard is labeled (a slow
+    teacher: tens of minutes): Ray Data's guard against executions without progress, here 1 s, must not stop it."""
+    import ray.data
     from sentence_transformers import CrossEncoder
 
     pairs = stsb_pairs(data_dir, 600)
     pq.write_table(pair_table(pairs), tmp_path / "pairs.parquet", row_group_size=150)
     spec = LabelingSpec(batch_size=32, min_actors=1, max_actors=2, shard_rows=150, runtime=runtime)
-    result = label_files(str(tmp_path / "pairs.parquet"), tmp_path / "silver", LabelJob(Teacher.cross_encoder(str(tiny_cross_encoder)), spec, "tiny@test"))
+    context = ray.data.DataContext.get_current()
+    default, context.execution_no_progress_timeout_s = context.execution_no_progress_timeout_s, 1
+    try:
+        result = label_files(str(tmp_path / "pairs.parquet"), tmp_path / "silver",
+                             LabelJob(Teacher.cross_encoder(str(tiny_cross_encoder)), spec, "tiny@test"))
+    finally:
+        context.execution_no_progress_timeout_s = default
     silver = pq.read_table(tmp_path / "silver").sort_by("pair_id")
 
     assert (result.pairs_in, result.labeled, result.shards) == (600, 600, 4)
@@ -55,24 +64,6 @@ def test_scores_equal_a_direct_model_call(runtime: str, ray_session, tiny_cross_
     assert np.ptp(direct) > 0  # the comparison below is between real, varied scores
     assert np.max(np.abs(silver.column("score").to_numpy() - direct)) < 1e-5
     assert (tmp_path / "silver" / "_onnx").is_dir() == (runtime == "auto")
-
-
-def test_a_shard_may_take_longer_than_ray_datas_no_progress_timeout(
-    ray_session, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path
-) -> None:
-    """A pool's first output comes when its first shard is labeled (a slow teacher: tens of minutes); Ray Data's
-    guard against executions without progress, here 1 s, must not stop it."""
-    import ray.data
-
-    pq.write_table(pair_table(stsb_pairs(data_dir, 150)), tmp_path / "pairs.parquet")
-    context = ray.data.DataContext.get_current()
-    default, context.execution_no_progress_timeout_s = context.execution_no_progress_timeout_s, 1
-    try:
-        result = label_files(str(tmp_path / "pairs.parquet"), tmp_path / "silver",
-                             LabelJob(Teacher.cross_encoder(str(tiny_cross_encoder)), LabelingSpec(shard_rows=150)))
-    finally:
-        context.execution_no_progress_timeout_s = default
-    assert result.labeled == 150
 
 
 def test_counts_add_up_with_rejects_and_truncation(ray_session, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path) -> None:

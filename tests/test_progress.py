@@ -142,15 +142,20 @@ def test_each_run_logs_to_its_own_run_log(tmp_path: Path, capfd: pytest.CaptureF
     assert "chatter" not in console and "after the runs" in console
 
 
-@pytest.mark.slow
-def test_a_fit_on_ray_prints_each_progress_line_once(tiny_model: Path, tmp_path: Path) -> None:
-    """Ray Train copies a worker's print() into its logger, and Hugging Face datasets' hashing printed a bytecode
-    listing: the console of a fit in an embedded Ray (as `augsbert run` starts it) shows neither."""
+def fit_in_a_new_ray(tiny_model: Path, work: Path) -> subprocess.CompletedProcess:
+    """`FIT_IN_A_NEW_RAY` in a process of its own, with its own embedded Ray (dashboard on, as `augsbert run` starts
+    it). tests/test_fault_tolerance.py runs it beside this session's Ray, as the other Ray on the host whose
+    dashboard must not disturb a fit, and checks its console with check_a_fit_on_ray_prints_each_progress_line_once."""
     with tempfile.TemporaryDirectory(prefix="ray", dir="/tmp") as ray_tmpdir:  # AF_UNIX socket paths stay short
         env = {**os.environ, "RAY_TMPDIR": ray_tmpdir, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
         env.pop("RAY_ADDRESS", None)
-        result = subprocess.run([sys.executable, "-c", FIT_IN_A_NEW_RAY, str(tiny_model), str(tmp_path)], env=env,
-                                capture_output=True, text=True, timeout=600)
+        return subprocess.run([sys.executable, "-c", FIT_IN_A_NEW_RAY, str(tiny_model), str(work)], env=env,
+                              capture_output=True, text=True, timeout=600)
+
+
+def check_a_fit_on_ray_prints_each_progress_line_once(result: subprocess.CompletedProcess, work: Path) -> None:
+    """Ray Train copies a worker's print() into its logger, and Hugging Face datasets' hashing printed a bytecode
+    listing: the console of a fit in an embedded Ray (as `augsbert run` starts it) shows neither."""
     assert result.returncode == 0, result.stderr[-3000:]
     console = (result.stdout + result.stderr).splitlines()
     final = [line for line in console if "fit sbert: step 8/8 (100%)" in line]
@@ -158,6 +163,6 @@ def test_a_fit_on_ray_prints_each_progress_line_once(tiny_model: Path, tmp_path:
     assert not [line for line in console if "RETURN_VALUE" in line or "LOAD_GLOBAL" in line]
     # Ray's own lines went to the log, which has the progress line too
     assert not [line for line in console if not CONSOLE_LINE.match(line)], console
-    log = (tmp_path / "run.log").read_text()
+    log = (work / "run.log").read_text()
     assert "Started a local Ray instance" in log and "fit sbert: step 8/8 (100%)" in log
-    assert (tmp_path / "model" / "model.safetensors").is_file()  # given relative paths, from the fit's directory
+    assert (work / "model" / "model.safetensors").is_file()  # given relative paths, from the fit's directory
