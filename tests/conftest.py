@@ -91,3 +91,13 @@ def minilm_with_trained_head(data_dir: Path, tmp_path_factory: pytest.TempPathFa
     directory = tmp_path_factory.mktemp("minilm_trained_head")
     model.save_pretrained(str(directory))
     return directory
+
+
+@pytest.fixture
+def label_as_a_fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`augsbert label` in a process of its own finds no Ray running and labels in that process (``labels_here``);
+    the session's Ray would send it to an actor pool, whose start adds ~16 s to a test. Tests of the pool itself
+    (actor failures, scores on actors) do not take this."""
+    from augsbert_ray.labeling import engine
+
+    monkeypatch.setattr(engine, "labels_here", engine.labels_in_process)

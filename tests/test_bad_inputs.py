@@ -855,7 +855,7 @@ def rejects_of(output: Path) -> list[tuple[int, str, str]]:
     return [(r["line"], r["field"], r["reason"]) for r in map(json.loads, (output / "_rejects.jsonl").read_text().splitlines())]
 
 
-def test_label_counts_a_malformed_csv_record_after_the_first_mb(ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys) -> None:
+def test_label_counts_a_malformed_csv_record_after_the_first_mb(label_as_a_fresh_process, tiny_cross_encoder: Path, tmp_path: Path, capsys) -> None:
     """Before: a Ray UserCodeException without file or line, on every rerun."""
     data = big_csv(tmp_path / "pairs.csv", "a cat,with,one field,too many\nlast,pair,1.5\n")
     code, out, err = label(capsys, tiny_cross_encoder, data, tmp_path / "out", "--shard-rows", "250")
@@ -871,7 +871,7 @@ def test_label_counts_a_malformed_csv_record_after_the_first_mb(ray_session, tin
     ('"score": 4, "topic": "cats"', "field 'topic': Column(/topic) changed from null to string"),
 ])
 def test_label_stops_on_a_jsonl_value_of_another_type_than_its_column(
-    ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys, later: str, message: str
+    label_as_a_fresh_process, tiny_cross_encoder: Path, tmp_path: Path, capsys, later: str, message: str
 ) -> None:
     """Before: the well-formed pair was rejected as `invalid JSON record`, and the command went on (exit 0)."""
     data = tmp_path / "pairs.jsonl"
@@ -887,7 +887,7 @@ def test_label_stops_on_a_jsonl_value_of_another_type_than_its_column(
         "(4.0, not 4, among decimals; text, not null, where text follows)")
 
 
-def test_label_stops_on_a_value_that_does_not_fit_its_column(ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys) -> None:
+def test_label_stops_on_a_value_that_does_not_fit_its_column(label_as_a_fresh_process, tiny_cross_encoder: Path, tmp_path: Path, capsys) -> None:
     """A label that is not a number after the first MB: the column's type cannot hold it, so the record cannot be
     passed through; one line names the file, the record and the field."""
     data = big_csv(tmp_path / "pairs.csv", "a cat,a dog,high\n")
@@ -901,7 +901,7 @@ def test_label_stops_on_a_value_that_does_not_fit_its_column(ray_session, tiny_c
     assert not list((tmp_path / "out").glob(".*.tmp"))  # the refused shard left no partial file
 
 
-def test_label_counts_malformed_jsonl_lines(ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys) -> None:
+def test_label_counts_malformed_jsonl_lines(label_as_a_fresh_process, tiny_cross_encoder: Path, tmp_path: Path, capsys) -> None:
     lines = ['{"sentence1": "a cat", "sentence2": "a dog"}', '{"sentence1": "cut off', "",
              '{"sentence1": 7, "sentence2": "a number is not a sentence"}', "[1, 2]", '{"sentence1": "rain", "sentence2": "sun"}']
     data = tmp_path / "pairs.jsonl"
@@ -1033,7 +1033,7 @@ def test_scoring_with_a_two_output_cross_encoder_is_refused(tiny_two_label_cross
         score_pairs("cross_encoder", str(tiny_two_label_cross_encoder), ["a b"], ["c d"])
 
 
-def test_label_rejects_a_jsonl_line_of_two_objects(ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys) -> None:
+def test_label_rejects_a_jsonl_line_of_two_objects(label_as_a_fresh_process, tiny_cross_encoder: Path, tmp_path: Path, capsys) -> None:
     """Before: arrow read two rows from the line, the line numbers went out of step, and the labeler failed."""
     source = tmp_path / "pairs.jsonl"
     source.write_text('{"sentence1": "a b", "sentence2": "c d"} {"sentence1": "e f", "sentence2": "g h"}\n'
@@ -1155,7 +1155,7 @@ def test_run_refuses_sampling_the_pool_cannot_give_before_any_fit(ray_session, t
 
 
 @pytest.mark.parametrize("kind", ["header-only-csv", "empty-parquet", "all-rejected", "all-rejected-int8"])
-def test_label_warns_when_nothing_is_labeled(ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys, kind: str) -> None:
+def test_label_warns_when_nothing_is_labeled(label_as_a_fresh_process, tiny_cross_encoder: Path, tmp_path: Path, capsys, kind: str) -> None:
     """Before: exit 0 and no word of it; at int8, `ValueError: --precision int8 calibrates on the input's first
     pairs, and it has no pair with two sentences`, exit 1."""
     if kind == "empty-parquet":

@@ -56,7 +56,7 @@ def test_run_needs_a_job_or_a_run_to_resume(tmp_path: Path, capsys) -> None:
     assert "--cross-encoder starts a new run" in capsys.readouterr().err
 
 
-def test_label_command(ray_session, tiny_cross_encoder: Path, tmp_path: Path) -> None:
+def test_label_command(label_as_a_fresh_process, tiny_cross_encoder: Path, tmp_path: Path) -> None:
     pairs = tmp_path / "pairs.parquet"
     pq.write_table(pa.table({"q": ["a cat", "a dog", "rain"], "d": ["a kitten", "a car", "sun"], "id": [1, 2, 3]}), pairs)
     out = tmp_path / "out"

@@ -66,7 +66,7 @@ def test_scores_equal_a_direct_model_call(runtime: str, ray_session, tiny_cross_
     assert (tmp_path / "silver" / "_onnx").is_dir() == (runtime == "auto")
 
 
-def test_counts_add_up_with_rejects_and_truncation(ray_session, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path) -> None:
+def test_counts_add_up_with_rejects_and_truncation(label_as_a_fresh_process, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path) -> None:
     pairs: list = list(stsb_pairs(data_dir, 200))
     pairs[3] = ("", pairs[3][1])
     pairs[50] = (pairs[50][0], None)
@@ -181,7 +181,7 @@ def test_resume_refuses_an_input_edited_in_place_and_a_teacher_whose_config_chan
 
 
 @pytest.mark.parametrize("case", ["missing column", "repeated column", "mixed formats", "tsv", "json array", "unreadable file", "no model", "no gpu"])
-def test_bad_input_gives_one_clear_error(case: str, ray_session, tiny_cross_encoder: Path, tmp_path: Path, capsys) -> None:
+def test_bad_input_gives_one_clear_error(case: str, label_as_a_fresh_process, tiny_cross_encoder: Path, tmp_path: Path, capsys) -> None:
     good = tmp_path / "pairs.parquet"
     pq.write_table(pair_table([("a b", "c d")]), good)
     args = ["label", "--model", str(tiny_cross_encoder), "--input", str(good), "--output", str(tmp_path / "out")]
@@ -225,7 +225,7 @@ def test_bad_input_gives_one_clear_error(case: str, ray_session, tiny_cross_enco
     assert not list((tmp_path / "out").glob("part-*")), "no work may start on bad input"
 
 
-def test_int8_and_bf16_labels_correlate_with_fp32(ray_session, minilm_with_trained_head: Path, data_dir: Path, tmp_path: Path) -> None:
+def test_int8_and_bf16_labels_correlate_with_fp32(label_as_a_fresh_process, minilm_with_trained_head: Path, data_dir: Path, tmp_path: Path) -> None:
     from scipy.stats import spearmanr
 
     lines = (data_dir / "stsb" / "sts-test.csv").read_text(encoding="utf-8").splitlines()[:300]
@@ -301,7 +301,7 @@ def test_batch_widths_rounded_up_leave_the_scores_unchanged(minilm_with_trained_
     assert CrossEncoderScorer(model, 16).batch_width(np.array([9, 17])) == 24
 
 
-def test_sentence_list_is_paired_by_a_sampling_strategy(ray_session, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path, capsys) -> None:
+def test_sentence_list_is_paired_by_a_sampling_strategy(label_as_a_fresh_process, tiny_cross_encoder: Path, data_dir: Path, tmp_path: Path, capsys) -> None:
     sentences = sorted({s for pair in stsb_pairs(data_dir, 100) for s in pair})
     (tmp_path / "sentences.txt").write_text("\n".join(sentences) + "\n\n")
     args = ["label", "--model", str(tiny_cross_encoder), "--sentences", str(tmp_path / "sentences.txt"),

@@ -95,11 +95,15 @@ def test_calibration_maps_each_member_onto_the_gold_scale(
 
 
 @pytest.mark.parametrize("kind", ["bi-encoder", "ensemble"])
-def test_engine_scores_equal_direct_scores(kind: str, ensemble: Teacher, ray_session, data_dir: Path, tmp_path: Path) -> None:
+def test_engine_scores_equal_direct_scores(kind: str, ensemble: Teacher, ray_session, data_dir: Path, tmp_path: Path,
+                                           request: pytest.FixtureRequest) -> None:
+    """The ensemble on the actor pool; a bi-encoder alone labeled in this process, as `augsbert label` does."""
     teacher = Teacher(ensemble.members[1:]) if kind == "bi-encoder" else ensemble
+    if kind == "bi-encoder":
+        request.getfixturevalue("label_as_a_fresh_process")
     pairs = stsb_table(data_dir, "train", 400).drop_columns(["label"])
     pq.write_table(pairs, tmp_path / "pairs.parquet", row_group_size=100)
-    spec = LabelingSpec(batch_size=32, max_actors=2, shard_rows=100)
+    spec = LabelingSpec(batch_size=32, shard_rows=100)
     result = label_files(str(tmp_path / "pairs.parquet"), tmp_path / "silver", LabelJob(teacher, spec))
     silver = pq.read_table(tmp_path / "silver").sort_by("pair_id")
 
