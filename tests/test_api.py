@@ -35,7 +35,9 @@ def test_every_public_name_is_documented(name: str) -> None:
         assert "Args:" in doc or not inspect.signature(public).parameters, f"{name}: no Args"
 
 
-def test_the_examples_run(ray_session, tiny_cross_encoder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_examples_run(ray_session, label_as_a_fresh_process, tiny_cross_encoder: Path, tmp_path: Path,
+                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """label_files and label_sentences label in this process, as in a notebook where no Ray runs yet."""
     monkeypatch.chdir(REPO)  # the examples name jobs/ as a user in the checkout would
     globs = {"ar": ar, "np": np, "Path": Path, "cross_encoder_dir": str(tiny_cross_encoder), "tmp_dir": tmp_path}
     finder = doctest.DocTestFinder(recurse=False)

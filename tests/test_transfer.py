@@ -140,30 +140,35 @@ def test_transfer_from_target_sentences_alone(
 
 
 @pytest.mark.slow
-def test_flipped_silver_labels_change_the_trained_model(ray_session, tiny_model: Path, data_dir: Path, tmp_path: Path) -> None:
-    """The bi-encoder's loss reads the silver scores: the same pairs with scores 1 - s give other weights;
-    training.bf16 (autocast) gives other weights, kept in fp32. (That the same scores give the same weights, the
-    kill test's resumed run and tests/test_tuning.py's exact resume show.)"""
+def test_a_fit_reads_the_silver_scores_and_bf16_changes_its_weights(ray_session, tiny_model: Path, data_dir: Path, tmp_path: Path) -> None:
+    """A fit reads a silver file's scores as its targets (1 - s: other weights; that every loss meant for scores reads
+    them, test_each_regression_loss_reads_the_silver_scores shows), and training.bf16 (autocast) gives other weights,
+    kept in fp32. (That the same scores give the same weights, the kill test's resumed run and tests/test_tuning.py's
+    exact resume show.)"""
     from safetensors.numpy import load_file
 
     from augsbert_ray.training import fit_bi_encoder
+    from augsbert_ray.training.ray_fit import read_training_pairs
 
     gold = load_gold(DataSpec(train_limit=64), seed=0, data_dir=data_dir)
     scores = np.random.default_rng(0).uniform(size=64).astype(np.float32)
     pairs = gold.train.select(["sentence1", "sentence2"])
     weights = {}
-    for name, values, bf16 in (("silver", scores, False), ("flipped", 1 - scores, False), ("bf16", scores, True)):
-        path = tmp_path / f"{name}.parquet"
-        pq.write_table(pairs.append_column("score", pa.array(values)), path)
+    for name, values in (("silver", scores), ("flipped", 1 - scores)):
+        pq.write_table(pairs.append_column("score", pa.array(values)), tmp_path / f"{name}.parquet")
+        read = read_training_pairs([(str(tmp_path / f"{name}.parquet"), "score")])
+        assert np.array_equal(read.column("label").to_numpy(), values) and read.select(["sentence1", "sentence2"]).equals(pairs)
+    for name, bf16 in (("silver", False), ("bf16", True)):  # the same scores: bf16 changes only the arithmetic
         model_dir = tmp_path / "models" / name
-        fit_bi_encoder(BiEncoderSpec(model=str(tiny_model), batch_size=16, learning_rate=1e-3), str(tiny_model), [(str(path), "score")],
+        fit_bi_encoder(BiEncoderSpec(model=str(tiny_model), batch_size=16, learning_rate=1e-3), str(tiny_model),
+                       [(str(tmp_path / "silver.parquet"), "score")],
                        TrainingSpec(cpus_per_worker=1, bf16=bf16), 0, tmp_path / "ray_train", name, model_dir)
         weights[name] = load_file(str(model_dir / "model.safetensors"))
 
     def moved(name: str) -> float:
         return max(float(np.abs(weights["silver"][key] - weights[name][key]).max()) for key in weights["silver"])
 
-    assert moved("flipped") > 1e-4 and moved("bf16") > 1e-4
+    assert moved("bf16") > 1e-4
     assert all(array.dtype == np.float32 for array in weights["bf16"].values())
 
 
