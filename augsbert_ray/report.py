@@ -11,7 +11,7 @@ from augsbert_ray.config import JobSpec, dump_spec
 __all__ = ["MODEL_TITLES", "gate_line", "plot_score_densities", "write_report"]
 
 MODEL_TITLES = {
-    "cross_encoder": "Cross-encoder (upper bound)",
+    "cross_encoder": "Cross-encoder (teacher)",
     "teacher_bi_encoder": "Bi-encoder teacher (teacher.bi_encoder fine-tuned on gold, one seed: that model's SBERT; beside a cross-encoder teacher, with evaluation.teacher_bi_encoder)",
     "teacher": "Ensemble teacher",
     "sbert": "SBERT (gold only)",

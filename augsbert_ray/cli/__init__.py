@@ -11,6 +11,7 @@ import sys
 
 import augsbert_ray as ar
 from augsbert_ray.cli.errors import causes, failure, ray_failure
+from augsbert_ray.cli.interrupt import report_interrupt, stop_on_interrupt
 from augsbert_ray.cli.parser import build_parser
 from augsbert_ray.cli.run_command import job_spec
 
@@ -22,7 +23,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     ar.setup_logging(args.verbose)
     try:
-        return args.handler(args)
+        with stop_on_interrupt(args.command):
+            return args.handler(args)
+    except KeyboardInterrupt as exc:  # Ctrl-C: what was finished, and how to go on
+        return report_interrupt(args.command, exc)
     except Exception as exc:
         reported = failure(exc, args.verbose)
         if reported is None:

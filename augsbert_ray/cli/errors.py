@@ -4,7 +4,13 @@ under -v. Any other exception is a bug, and keeps its traceback."""
 
 from __future__ import annotations
 
+import errno
+import re
+import shutil
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import augsbert_ray as ar
 
@@ -12,6 +18,10 @@ USER_ERRORS = (ar.SpecError, FileNotFoundError, PermissionError, ValueError, ar.
 # Raised on purpose inside Ray tasks and workers for bad input: within a Ray failure, only these (and a model's
 # UnusableScores) are user errors.
 RAISED_USER_ERRORS = (ar.SpecError, FileNotFoundError, ar.ModelPartsError)
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+ROOM = 1 << 30  # free bytes on the output's disk above which a full disk must be another one
+# a full disk in a remote traceback's text: "OSError: [Errno 28] No space left on device: '/out/part-0.parquet'"
+DISK_FULL_TEXT = re.compile(rf"\[Errno (?:{errno.ENOSPC}|{errno.EDQUOT})\] [^\n']*?(?:: '([^'\n]+)')?$", re.MULTILINE)
 
 
 def causes(exc: BaseException) -> list[BaseException]:
@@ -55,9 +65,50 @@ def ray_failure(exc: BaseException) -> tuple[str, int] | None:
     return f"{type(root).__name__}: {message}", 1
 
 
+class DiskFull(OSError):
+    """A write failed for a full disk (or a spent quota): one line naming the path, status 1."""
+
+
+def disk_full_path(exc: BaseException) -> str | None:
+    """The path of a write that failed for a full disk (ENOSPC, EDQUOT), '' where no path is known; None for any
+    other error. Found among the exception's causes, or in the text of a Ray worker's traceback."""
+    chain = causes(exc)
+    for link in chain:
+        if isinstance(link, OSError) and link.errno in DISK_FULL:
+            return str(link.filename or "")
+    for link in chain:
+        if found := DISK_FULL_TEXT.search(str(link)):
+            return found[1] or ""
+    return None
+
+
+@contextmanager
+def writing_to(where: Path, setting: str) -> Iterator[None]:
+    """Inside, a failure for a full disk becomes one line naming the path (else ``where``, the output that
+    ``setting`` names) and the space left on its disk."""
+    try:
+        yield
+    except Exception as exc:
+        path = None if isinstance(exc, DiskFull) else disk_full_path(exc)
+        if path is None:
+            raise
+        named = path or str(where)
+        existing = next((part for part in (Path(named), *Path(named).parents) if part.exists()), None)
+        free = shutil.disk_usage(existing).free if existing is not None else 0
+        if not path and free > ROOM:  # the output's disk has room: the write that failed went elsewhere
+            raise DiskFull(errno.ENOSPC, f"no space left on device, though {named} has {free / 1e9:,.1f} GB free: another disk is "
+                           "full (Ray's temp dir, $RAY_TMPDIR or /tmp; the model cache)") from exc
+        raise DiskFull(errno.ENOSPC, f"no space left on device writing {named} ({free / 1e6:,.1f} MB free there); free some "
+                       f"space, or write elsewhere ({setting})") from exc
+
+
 def failure(exc: Exception, verbose: bool) -> tuple[str, int] | None:
     """The one-line message and the exit status for an exception a command raised; None for a bug, which keeps its
     traceback. A failure that came through Ray prints its traceback here under ``verbose``."""
+    if isinstance(exc, DiskFull):
+        if verbose:
+            traceback.print_exception(exc)
+        return exc.strerror, 1
     here = isinstance(exc, ar.LabelerFailure)  # `augsbert label` without Ray: its labeler failed in this process
     found = (str(exc), 1) if here else ray_failure(exc)
     if found is None and not isinstance(exc, USER_ERRORS):

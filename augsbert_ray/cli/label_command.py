@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from pathlib import Path
 
 from pydantic import ValidationError
 
 import augsbert_ray as ar
+from augsbert_ray.cli.errors import writing_to
 
 # The flag that sets each LabelingSpec field, where its name is not the field's with dashes.
 LABEL_FLAGS = {"min_actors": "--actors", "max_actors": "--actors"}
@@ -21,9 +23,13 @@ INPUT_FLAGS = {"format": None, "text_columns": "sentence1,sentence2"}
 
 def label_command(args: argparse.Namespace) -> int:
     try:
-        result = _label(args)
+        with writing_to(Path(args.output), "--output"):
+            result = _label(args)
     except ar.SpecError as exc:  # the labeling spec's fields, worded as this command's flags
         raise ar.SpecError(_with_flags(str(exc), prefix="labeling.")) from None
+    except KeyboardInterrupt as exc:  # Ctrl-C: the shards written are kept
+        said = f"{exc}; " if str(exc) else ""
+        raise KeyboardInterrupt(f"{said}run the same command again to label the rest") from None
     print(result.summary())
     print(f"labeled pairs: {result.output}  manifest: {result.manifest}  rejects: {result.rejects}")
     if result.labeled == 0:
@@ -48,9 +54,9 @@ def _label(args: argparse.Namespace) -> ar.LabelResult:
     _label_mode_flags(args)
     if args.sentences:
         return ar.label_sentences(args.sentences, args.output, args.model, spec, strategy=args.strategy, pairs=args.pairs,
-                                  top_k=args.top_k, seed=args.seed, address=address)
+                                  top_k=args.top_k, seed=args.seed, address=address, verbose=args.verbose)
     return ar.label_files(args.input, args.output, args.model, spec, text_columns=args.text_columns, format=args.format,
-                          address=address)
+                          address=address, verbose=args.verbose)
 
 
 def _label_flags() -> dict[str, str]:

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 import augsbert_ray as ar
+from augsbert_ray.cli.errors import writing_to
 
 
 def job_spec(args: argparse.Namespace, overrides: list[str]) -> tuple[ar.JobSpec, Path | None]:
@@ -31,7 +32,8 @@ def job_spec(args: argparse.Namespace, overrides: list[str]) -> tuple[ar.JobSpec
 
 def run_command(args: argparse.Namespace) -> int:
     spec, resume = job_spec(args, list(args.set or []))
-    result = ar.run(spec, data_dir=args.data_dir, resume=resume, force_resume=args.force_resume, verbose=args.verbose)
+    with writing_to(resume or spec.output_dir, "--resume RUN_DIR" if resume else "output_dir"):
+        result = ar.run(spec, data_dir=args.data_dir, resume=resume, force_resume=args.force_resume, verbose=args.verbose)
     print(f"run directory: {result.run_dir}")
     print(result.report.read_text(encoding="utf-8").split("## Counts")[0])
     return 0
@@ -48,7 +50,8 @@ def tune_command(args: argparse.Namespace) -> int:
     if args.cross_encoder and spec.tuned_models() == ["sbert"]:
         raise ar.SpecError(f"--cross-encoder {args.cross_encoder}: the tuned models (tuning.models: [sbert]) need no teacher; it labels "
                            "silver for tuned AugSBERT models (e.g. --set 'tuning.models=[augsbert_bm25]')")
-    result = ar.tune(spec, data_dir=args.data_dir, resume=resume, force_resume=args.force_resume, verbose=args.verbose)
+    with writing_to(resume or spec.output_dir, "--resume RUN_DIR" if resume else "output_dir"):
+        result = ar.tune(spec, data_dir=args.data_dir, resume=resume, force_resume=args.force_resume, verbose=args.verbose)
     print(f"run directory: {result.run_dir}")
     print(result.report.read_text(encoding="utf-8"))
     return 0

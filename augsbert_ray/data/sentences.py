@@ -9,7 +9,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from augsbert_ray.config import SpecError
+from augsbert_ray.config import SpecError, path_problem
 from augsbert_ray.data.formats import input_format, json_record_problem, read_schema, whole_block
 from augsbert_ray.data.rejects import is_blank
 
@@ -34,8 +34,8 @@ def read_sentences(path: Path, what: str = "--sentences") -> list[str]:
 
             pool = SentencePool(read_sentences(Path("target_sentences.txt"), "target.sentences"))
     """
-    if not path.is_file():
-        raise SpecError(f"{what} {path}: no such file")
+    if problem := path_problem(path, "file"):
+        raise SpecError(f"{what} {path}: {'no such file' if 'not found' in problem else problem}")
     if path.suffix in (".txt", ""):
         sentences = _text_lines(path, what)
     else:

@@ -80,9 +80,23 @@ def train_batch_need(spec: JobSpec) -> tuple[int, str]:
     return max(needs, key=lambda need: need[0])
 
 
-def check_train_size(rows: int, need: tuple[int, str], what: str) -> None:
+def _unless_limited(gold: GoldData, train_limit: int | None) -> GoldData | None:
+    """``gold``, unless its train split is as small as ``train_limit`` made it: then the limit, not the overlap, is why."""
+    return None if train_limit is not None and gold.train.num_rows >= train_limit else gold
+
+
+def check_train_size(rows: int, need: tuple[int, str], what: str, gold: GoldData | None = None, setting: str = "data.on_overlap") -> None:
+    """A train split must fill one batch (``need``); where the pairs it shares with dev or test (``gold.overlap``)
+    were dropped from it, the message says so, naming ``setting``: a dev or test file that is the train file
+    empties train."""
     if rows < need[0]:
-        raise SpecError(f"{what} train split: {rows} pair{'' if rows == 1 else 's'}, fewer than one training batch ({need[1]}); "
+        dropped = ""
+        if gold is not None and gold.overlap_dropped:
+            shared = ", ".join(f"{split} {count}" for split, count in gold.overlap.items() if count)
+            same_file = "; is a dev or test file the train file?" if gold.overlap.get("dev") or gold.overlap.get("test") else ""
+            dropped = (f" after {setting}: drop removed {gold.overlap_dropped} pair{'' if gold.overlap_dropped == 1 else 's'} "
+                       f"also in dev/test ({shared}{same_file})")
+        raise SpecError(f"{what} train split: {rows} pair{'' if rows == 1 else 's'}{dropped}, fewer than one training batch ({need[1]}); "
                         f"needs at least {need[0]} pairs (a fit drops an incomplete batch)")
 
 
@@ -114,17 +128,20 @@ def check_gold_usable(gold: GoldData, spec: JobSpec, target: bool = False) -> No
         assert spec.target is not None
         if train_rows or spec.target.sentences is None:
             need = batch_need("bi_encoder.batch_size", spec.bi_encoder.batch_size, spec.training.num_workers)
-            check_train_size(train_rows, need, what)
+            check_train_size(train_rows, need, what, _unless_limited(gold, spec.target.data.train_limit), "target.data.on_overlap")
         for split in ("dev", "test"):
             check_scorable_split(gold, split, what, spec.evaluation_task)
         return
-    check_train_size(train_rows, train_batch_need(spec), what)
+    check_train_size(train_rows, train_batch_need(spec), what, _unless_limited(gold, spec.data.train_limit))
     labels = gold.train.column("label").to_numpy()
     if spec.task == "classification" and len(np.unique(labels)) < 2:
         raise SpecError(f"{what} train split: all {train_rows} labels are {labels[0]}; classification needs both classes, 0 and 1")
     if not transfer and "kde" in spec.sampling.strategies and len(np.unique(labels)) < 2:
         raise SpecError(f"{what} train split: all {train_rows} labels are {labels[0]:g}; sampling.strategies kde "
                         "fits a density to them and needs at least two different labels")
+    if spec.task == "regression" and len(np.unique(labels)) < 2:  # before: every model fitted, to learn nothing
+        raise SpecError(f"{what} train split: all {train_rows} labels are {labels[0]:g}; regression on one label value learns "
+                        "nothing (check the label column and data.task)")
     if not transfer:
         for split in ("dev", "test"):
             check_scorable_split(gold, split, what, spec.task)

@@ -3,7 +3,9 @@ scores into task metrics."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -11,7 +13,7 @@ import ray
 
 from augsbert_ray.config import TaskType
 from augsbert_ray.evaluation.metrics import UnusableScores, auc_at_fpr, best_threshold, check_scores, dev_metric, f1_at, spearman_x100
-from augsbert_ray.runtime import configure_torch_threads
+from augsbert_ray.runtime import configure_torch_threads, log
 from augsbert_ray.scoring import ScorerKind, jaccard_scores, scorer_for
 
 
@@ -88,6 +90,32 @@ def score_pairs_on_ray(kind: ScorerKind, model: str | None, table: pa.Table, cpu
     sentences1, sentences2, _ = _columns(table)
     remote = ray.remote(num_cpus=cpus, num_gpus=gpus)(score_pairs)
     return remote.remote(kind, model, sentences1, sentences2, max(1, int(cpus)), gpus > 0)
+
+
+def gather(refs: dict[str, ray.ObjectRef], what: str) -> dict[str, Any]:
+    """``ray.get`` of named references, with a log line as each one comes in: the evaluation and the teacher gate
+    ran for minutes without a word.
+
+    Args:
+        refs: A name for each reference, e.g. ``{"sbert": evaluate_on_ray(...)}``.
+        what: The step, at the start of each line, e.g. ``"evaluate"``.
+
+    Returns:
+        Each name's value.
+
+    Example:
+        ::
+
+            evaluations = gather({"sbert": evaluate_on_ray("bi_encoder", model, task, dev, test, 1, 0)}, "evaluate")
+    """
+    started, waiting, done = time.perf_counter(), {ref: name for name, ref in refs.items()}, {}
+    while waiting:
+        ready, _ = ray.wait(list(waiting), num_returns=1)
+        for ref in ready:
+            name = waiting.pop(ref)
+            done[name] = ray.get(ref)
+            log.info("%s: %s done (%d/%d, %.0fs)", what, name, len(done), len(refs), time.perf_counter() - started)
+    return done
 
 
 def metrics_from_scores(
@@ -206,6 +234,7 @@ __all__ = [
     "evaluate",
     "evaluate_on_ray",
     "f1_at",
+    "gather",
     "jaccard_scores",
     "majority_baseline",
     "metrics_from_scores",

@@ -25,7 +25,7 @@ from augsbert_ray.files import atomic_path, atomic_write_text
 from augsbert_ray.labeling.job import LabelJob, LabelResult
 from augsbert_ray.labeling.plan import Shard, expand_inputs, plan_shards
 from augsbert_ray.labeling.scorer import COUNT_KEYS, STATS_KEY, ShardLabeler, calibration_pairs
-from augsbert_ray.runtime import check_requests, format_seconds, init_ray, log
+from augsbert_ray.runtime import check_requests, format_seconds, init_ray, log, wait_for_ray_data
 
 MANIFEST = "_manifest.json"
 # Entries the job key gained after outputs were labeled: a manifest without them resumes as it did before
@@ -220,14 +220,18 @@ def label_shards(shards: list[Shard], output: Path, job: LabelJob, here: bool = 
         calibration = calibration_pairs(shards, tuple(job.text_columns)) if job.spec.precision == "int8" else None
         labeled = _label_here(pending, output, job, calibration) if here else _pipeline(pending, output, job, calibration).iter_rows()
         pairs_here = 0
-        for done_here, row in enumerate(labeled, start=1):
-            if row["error"]:
-                raise SpecError(row["error"])
-            stats[row["shard"]] = {name: (int(value) if name in COUNT_KEYS else value) for name, value in row.items() if name != "error"}
-            write_manifest(output, key, stats, shards, final=False)
-            pairs_here, elapsed = pairs_here + int(row["labeled"]), time.perf_counter() - started
-            log.info("shard %s: %d labeled, %d rejected (%d/%d shards, %.0f pairs/s, ETA %s)", row["shard"], row["labeled"], row["rejected"],
-                     len(stats), len(shards), pairs_here / elapsed, format_seconds(elapsed / done_here * (len(pending) - done_here)))
+        try:
+            for done_here, row in enumerate(labeled, start=1):
+                if row["error"]:
+                    raise SpecError(row["error"])
+                stats[row["shard"]] = {name: (int(value) if name in COUNT_KEYS else value) for name, value in row.items() if name != "error"}
+                write_manifest(output, key, stats, shards, final=False)
+                pairs_here, elapsed = pairs_here + int(row["labeled"]), time.perf_counter() - started
+                log.info("shard %s: %d labeled, %d rejected (%d/%d shards, %.0f pairs/s, ETA %s)", row["shard"], row["labeled"], row["rejected"],
+                         len(stats), len(shards), pairs_here / elapsed, format_seconds(elapsed / done_here * (len(pending) - done_here)))
+        except KeyboardInterrupt:  # Ctrl-C: the shards written are kept, and a rerun skips them
+            wait_for_ray_data()
+            raise KeyboardInterrupt(f"{len(stats)} of {len(shards)} shard(s) labeled in {output}") from None
     remove_partials(output)  # every shard is final now; a retried shard's lost attempt may have left its temp file
     write_manifest(output, key, stats, shards, final=True)
     rejects = merge_rejects(output, shards)

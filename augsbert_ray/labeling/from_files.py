@@ -8,7 +8,11 @@ settings (``labeling.precision``), as the rest of the package words its errors.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +25,13 @@ from augsbert_ray.labeling.dataset import load_teacher
 from augsbert_ray.labeling.engine import label_dataset, labels_in_process
 from augsbert_ray.labeling.job import LabelJob, LabelResult
 from augsbert_ray.scoring import Teacher
-from augsbert_ray.runtime import check_cpu_bf16, init_ray
+from augsbert_ray.runtime import chatter_to, check_cpu_bf16, init_ray, ray_muted_on_error
 from augsbert_ray.sampling import SentencePool, available_pairs, candidate_table
 from augsbert_ray.sampling.neighbours import check_top_k
 
 STRATEGIES = ("random", "bm25")  # the strategies that pair a bare sentence list (the others need a bi-encoder or gold)
 NO_PAIRS = np.zeros(0, dtype=np.int64)  # a sentence list has no gold pairs to exclude
+LABEL_LOG = "_label.log"  # Ray's and the libraries' output, unless verbose
 
 
 def label_files(
@@ -38,6 +43,7 @@ def label_files(
     text_columns: str | Sequence[str] = ("sentence1", "sentence2"),
     format: str | None = None,
     address: str | None = None,
+    verbose: bool = True,
     **settings: Any,
 ) -> LabelResult:
     """Label every pair of the input files with a teacher into resumable Parquet shards under ``output``: what
@@ -53,6 +59,8 @@ def label_files(
         text_columns: The inputs' two sentence columns, as a pair or as ``"first,second"``.
         format: ``parquet``, ``csv`` or ``jsonl``; default: from the file suffix.
         address: A Ray cluster to join ('auto' or an address); default: an embedded local Ray.
+        verbose: Leave Ray's and the libraries' output on the console; False: it goes to ``output/_label.log``, and
+            the console keeps the augsbert log lines.
         settings: LabelingSpec fields, when ``spec`` is not given (e.g. ``batch_size=128``).
 
     Returns:
@@ -67,7 +75,8 @@ def label_files(
     spec = _labeling_spec(spec, settings, address)
     loaded = load_teacher(teacher)
     job = LabelJob(loaded, spec, text_columns=_text_columns(text_columns))
-    return engine.label_files(_patterns(inputs), output, job, fmt=format, address=address)
+    with _chatter(Path(output), verbose):
+        return engine.label_files(_patterns(inputs), output, job, fmt=format, address=address)
 
 
 def label_sentences(
@@ -81,6 +90,7 @@ def label_sentences(
     top_k: int = 3,
     seed: int = 42,
     address: str | None = None,
+    verbose: bool = True,
     **settings: Any,
 ) -> LabelResult:
     """Pair a sentence list with a sampling strategy and label the pairs with a teacher into resumable Parquet shards
@@ -98,6 +108,7 @@ def label_sentences(
         top_k: BM25 neighbours per sentence, or random pairs per sentence.
         seed: Seeds the random pairs.
         address: A Ray cluster to join ('auto' or an address); default: an embedded local Ray.
+        verbose: Leave Ray's and the libraries' output on the console; False: it goes to ``output/_label.log``.
         settings: LabelingSpec fields, when ``spec`` is not given.
 
     Returns:
@@ -124,10 +135,34 @@ def label_sentences(
     job = LabelJob(loaded, spec, strategy=strategy)
     output = Path(output)
     check_output_dir(output, "--output")  # before Ray starts and the pairs are made
-    init_ray(address, dashboard=False)
-    here = labels_in_process(spec, address)  # the pairs were made on this machine's Ray
-    candidates = candidate_table(strategy, pool, NO_PAIRS, SamplingSpec(strategies=[strategy], top_k=top_k), seed, n_random=n_random)
-    return label_dataset(candidates, output, job, output / "_candidates" / f"{strategy}.parquet", here)
+    with _chatter(output, verbose):
+        init_ray(address, dashboard=False)
+        here = labels_in_process(spec, address)  # the pairs were made on this machine's Ray
+        candidates = candidate_table(strategy, pool, NO_PAIRS, SamplingSpec(strategies=[strategy], top_k=top_k), seed, n_random=n_random)
+        return label_dataset(candidates, output, job, output / "_candidates" / f"{strategy}.parquet", here)
+
+
+@contextmanager
+def _chatter(output: Path, verbose: bool) -> Iterator[None]:
+    """Unless ``verbose``: Ray's and the libraries' output goes to ``output/_label.log`` (runtime.chatter_to). It is
+    kept in a temporary file until the end, as a call refused before it labels makes no output directory; and where
+    the output's disk is full, it stays there."""
+    if verbose:
+        yield
+        return
+    handle, name = tempfile.mkstemp(prefix="augsbert-label-", suffix=".log")
+    os.close(handle)
+    temporary = Path(name)
+    try:
+        with chatter_to(temporary, shown_as=output / LABEL_LOG), ray_muted_on_error():
+            yield
+    finally:
+        if output.is_dir():
+            with contextlib.suppress(OSError), (output / LABEL_LOG).open("ab") as kept:
+                kept.write(temporary.read_bytes())
+                temporary.unlink()
+        else:
+            temporary.unlink(missing_ok=True)
 
 
 def _labeling_spec(spec: LabelingSpec | None, settings: dict[str, Any], address: str | None) -> LabelingSpec:

@@ -20,7 +20,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from augsbert_ray.config import SpecError, is_text_type
+from augsbert_ray.config import SpecError, is_text_type, path_problem
 from augsbert_ray.data.formats import SUFFIXES, json_record_problem, read_schema, whole_block
 from augsbert_ray.data.rejects import RECORD, Reject, bad_utf8
 
@@ -54,7 +54,11 @@ def expand_inputs(pattern: str | list[str]) -> list[str]:
         else:
             files += sorted(glob.glob(item)) or ([item] if path.exists() else [])
     if not files:
-        raise SpecError(f"--input {pattern!r} matches no file (a directory: none with a suffix of {', '.join(SUFFIXES)})")
+        loop = next((problem for item in patterns if "loop" in (problem := path_problem(item) or "")), None)
+        raise SpecError(f"--input {loop}" if loop else f"--input {pattern!r} matches no file (a directory: none with a suffix of {', '.join(SUFFIXES)})")
+    for file in files:  # before: "RuntimeError: Symlink loop" from Path.resolve
+        if problem := path_problem(file, "file"):
+            raise SpecError(f"--input {problem}")
     return [str(Path(f).resolve()) for f in files]
 
 

@@ -17,13 +17,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from augsbert_ray.config import SpecError
-from augsbert_ray.data.rejects import EMPTY, Reject, is_blank
+from augsbert_ray.data.rejects import EMPTY, NUL, Reject, is_blank
 from augsbert_ray.files import atomic_path, atomic_write_text
 from augsbert_ray.labeling.plan import Shard, read_shard
+from augsbert_ray.runtime import log
 from augsbert_ray.scoring import Teacher, TeacherScorer
 from augsbert_ray.scoring.backend import CALIBRATION_PAIRS
 
 WINDOW = 4096  # pairs sorted by length together; bounds actor memory and padding
+PROGRESS_EVERY_S = 30.0  # a progress line within a shard, at most this often
 STATS_KEY = b"augsbert.label"
 COUNT_KEYS = ("pairs_in", "labeled", "rejected", "truncated", "tokens", "tokens_sq", "padded_tokens")
 OUTPUT_COLUMNS = ("score", "labeler")
@@ -51,10 +53,11 @@ def check_pairs(table: pa.Table, text_columns: tuple[str, str], path: str, lines
     for row in range(table.num_rows):
         for name in text_columns:
             text = columns[name][row]
-            if not is_sentence(text):
+            if not is_sentence(text) or "\x00" in text:
                 valid[row] = False
                 other = columns[text_columns[1] if name == text_columns[0] else text_columns[0]][row]
-                rejects.append(Reject(path, int(lines[row]), name, "missing sentence" if text is None else EMPTY, other or ""))
+                reason = "missing sentence" if text is None else EMPTY if is_blank(text) else NUL
+                rejects.append(Reject(path, int(lines[row]), name, reason, (other or "").replace("\x00", "\\x00")))
                 break
     return valid, rejects
 
@@ -129,6 +132,7 @@ class ShardLabeler:
         stats: dict[str, Any] = {"shard": shard.name, **dict.fromkeys(COUNT_KEYS, 0)}
         schema = output_schema(shard.schema)
         rejects: list[Reject] = []
+        shown = 0.0
         # the shard exists only once it is complete; a retried shard may overlap a dying actor's attempt
         with atomic_path(self.output / shard.name) as tmp:
             with pq.ParquetWriter(tmp, schema) as writer:
@@ -140,6 +144,9 @@ class ShardLabeler:
                     kept = table.filter(pa.array(valid)) if not valid.all() else table
                     scores = self.score_window(kept, stats)
                     writer.write_table(self.with_scores(kept, scores, schema))
+                    if (elapsed := time.perf_counter() - started) >= shown + PROGRESS_EVERY_S:  # a shard takes minutes
+                        shown = elapsed
+                        log.info("shard %s: %d pairs so far (%.0f pairs/s)", shard.name, stats["pairs_in"], stats["pairs_in"] / elapsed)
                 stats["labeled"], stats["rejected"] = stats["pairs_in"] - len(rejects), len(rejects)
                 stats["seconds"] = round(time.perf_counter() - started, 3)
                 writer.add_key_value_metadata({STATS_KEY: json.dumps(stats).encode()})

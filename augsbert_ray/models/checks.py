@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
-from augsbert_ray.config import SpecError
+from augsbert_ray.config import SpecError, path_problem
 
 
 # The files transformers loads a model's weights from (whole, or an index of shards).
@@ -27,6 +28,8 @@ def check_model(model: str) -> None:
     from transformers import AutoConfig
 
     path = Path(model)
+    if os.path.lexists(path) and (problem := path_problem(path, "dir")):  # a loop, a file, no permission
+        raise SpecError(f"model {model}: {problem}")
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise SpecError(f"model {model}: not a model directory (no config.json)")

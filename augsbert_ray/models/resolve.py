@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from augsbert_ray.config import DEFAULT_MODEL
+from augsbert_ray.config import DEFAULT_MODEL, SpecError, name_problem, path_problem
 from augsbert_ray.models.packaged import PACKAGED_MODELS, packaged_model_path
 
 def model_aliases() -> tuple[str, ...]:
@@ -49,6 +50,10 @@ def resolve_model(name: str) -> str:
     if name in PACKAGED_MODELS:
         return packaged_model_path(PACKAGED_MODELS[name])
     path = Path(name).expanduser()
+    if problem := name_problem(path):  # before: "OSError: File name too long" from Path.exists
+        raise SpecError(f"model {name[:60]}…: {problem}")
+    if os.path.lexists(path) and (problem := path_problem(path)):  # a symlink loop, no permission
+        raise SpecError(f"model {name}: {problem}")
     if path.exists():
         return str(path.resolve())
     if name.startswith((".", "/", "~")):

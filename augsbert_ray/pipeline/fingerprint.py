@@ -1,14 +1,15 @@
 """What a run computes from, recorded when it starts, so that `--resume` cannot continue it with other inputs.
 
-The fingerprint holds the resolved spec (less where Ray runs and what resources work gets), a content hash of
-every data file by its role (so a moved data directory still matches), and each model's weights fingerprint and
-its configs' and tokenizer's digest.
+The fingerprint holds the resolved spec (less where Ray runs, what resources work gets and where the data files
+lie), a content hash of every data file by its role (so a data folder moved, with its paths in spec.yaml edited to
+match, still resumes), and each model's weights fingerprint and its configs' and tokenizer's digest.
 It lives in the run directory as .fingerprint.json, which spec.yaml edits do not reach.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,11 @@ FIT_INPUTS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Where the data files lie, which their content hashes (files.*) stand for: a data folder moved, and the paths in
+# spec.yaml edited to match, still resumes. (Entries a fingerprint recorded before are ignored likewise.)
+DATA_LOCATION = re.compile(r"spec\.(target\.)?data\.((train|dev|test)\.path|data_dir)|spec\.target\.sentences")
+
+
 def comparable_spec(spec: JobSpec) -> dict[str, Any]:
     """The spec less where Ray runs, how fits survive failures and what resources work gets: none of these
     changes what the run computes."""
@@ -52,13 +58,20 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 def run_fingerprint(spec: JobSpec, data_dir: str | Path | None) -> dict[str, Any]:
     """Flattened ``spec.*``, ``files.<data|target>.<split>`` (content hashes) and ``models.<field>`` entries."""
+    if spec.scenario == "retrieval":  # its data section is unused: the corpus, queries and qrels are what it reads
+        from augsbert_ray.pipeline.retrieval_data import retrieval_sources
+
+        digests = {f"files.retrieval.{role}": files_digest(paths)[:16] for role, paths in retrieval_sources(spec, data_dir).items()}
+        return {**flatten(comparable_spec(spec), "spec."), **digests,
+                **{key: value for field, name in run_models(spec).items() for key, value in model_entries(field, resolve_model(name)).items()}}
     files = {f"data.{split}": source.path for split, source in gold_sources(spec.data, data_dir).items()}
     if spec.target is not None:
         files.update({f"target.{split}": source.path for split, source in gold_sources(spec.target.data, data_dir).items()})
         if spec.target.sentences is not None:
             files["target.sentences"] = spec.target.sentences
+    spec_entries = {key: value for key, value in flatten(comparable_spec(spec), "spec.").items() if not DATA_LOCATION.fullmatch(key)}
     return {
-        **flatten(comparable_spec(spec), "spec."),
+        **spec_entries,
         **{f"files.{role}": files_digest([Path(path)])[:16] for role, path in files.items()},
         **{key: value for field, name in run_models(spec).items() for key, value in model_entries(field, resolve_model(name)).items()},
     }
@@ -95,7 +108,8 @@ def changed_entries(run_dir: Path, now: dict[str, Any]) -> dict[str, tuple[Any, 
     """Entries whose value differs between the run's recorded fingerprint and ``now``: key -> (then, now). A setting
     the tool gained since the run started is no change at its default, which keeps what the tool did before; nor is
     a model's settings digest, which fingerprints gained later."""
-    then = json.loads((run_dir / FINGERPRINT_FILE).read_text(encoding="utf-8"))
+    then = {key: value for key, value in json.loads((run_dir / FINGERPRINT_FILE).read_text(encoding="utf-8")).items()
+            if not DATA_LOCATION.fullmatch(key)}
     defaults = flatten(comparable_spec(JobSpec()), "spec.")
     gained_at_default = {key for key in now.keys() - then.keys() if key in defaults and now[key] == defaults[key]}
     gained_settings = {key for key in now.keys() - then.keys() if key.endswith(SETTINGS_SUFFIX) and key.startswith("models.")}

@@ -4,24 +4,26 @@ searches alone, as ``augsbert tune``)."""
 from __future__ import annotations
 
 import contextlib
+import shlex
 import shutil
 from pathlib import Path
 
 from augsbert_ray.config import JobSpec, load_spec
 from augsbert_ray.layout import SPEC_FILE
+from augsbert_ray.pipeline.context import RunContext
 from augsbert_ray.pipeline.result import RunResult
 from augsbert_ray.pipeline.resume import resume_spec
 from augsbert_ray.pipeline.scenarios import check_tunable, scenario_steps
 from augsbert_ray.pipeline.start import new_run_dir, start_run
-from augsbert_ray.pipeline.steps import run_steps
-from augsbert_ray.runtime import RUN_LOG, chatter_to
+from augsbert_ray.pipeline.steps import Interrupted, run_steps
+from augsbert_ray.runtime import RUN_LOG, chatter_to, ray_muted_on_error
 
 
 def run(
     spec: JobSpec | str | Path | None = None, data_dir: str | Path | None = None, resume: str | Path | None = None,
     force_resume: bool = False, verbose: bool = True,
 ) -> RunResult:
-    """Run a job spec's scenario (in-domain or domain transfer) on Ray, as ``augsbert run`` does.
+    """Run a job spec's scenario (in-domain, domain transfer or retrieval) on Ray, as ``augsbert run`` does.
 
     Args:
         spec: A ``JobSpec`` (``load_spec``) or the path of a job spec YAML; None with ``resume``.
@@ -33,7 +35,8 @@ def run(
         verbose: Leave Ray's and the libraries' output on the console; else it goes to the run's run.log.
 
     Returns:
-        The run's ``RunResult``: each model's dev and test score, its fits, counts, timings and the run directory.
+        The run's ``RunResult``: each model's dev and test score, its fits, counts, timings and the run directory
+        (a retrieval run's ``RetrievalRunResult``: nDCG@10 as the score, every metric in ``retrieval``).
 
     Example:
         >>> import augsbert_ray as ar
@@ -85,11 +88,27 @@ def _run_scenario(
     if tuning:
         check_tunable(spec)  # before a run directory is made
     run_dir = resume_dir or new_run_dir(spec)
+    ctx: RunContext | None = None
     try:
-        with contextlib.nullcontext() if verbose else chatter_to(run_dir / RUN_LOG):
+        with contextlib.nullcontext() if verbose else chatter_to(run_dir / RUN_LOG), \
+                contextlib.nullcontext() if verbose else ray_muted_on_error():
             ctx = start_run(spec, resume_dir, data_dir, force_resume, None if resume_dir else run_dir)
             return run_steps(ctx, scenario_steps(spec, tuning))["result"]
-    except BaseException:
-        if resume_dir is None and not (run_dir / SPEC_FILE).exists():  # refused by a check: nothing to resume or read
+    except BaseException as exc:
+        unstarted = resume_dir is None and not (run_dir / SPEC_FILE).exists()
+        if unstarted:  # refused by a check, or stopped before: nothing to resume or read
             shutil.rmtree(run_dir, ignore_errors=True)
+        if isinstance(exc, KeyboardInterrupt):
+            raise Interrupted(interrupted_at(ctx, exc, "tune" if tuning else "run", data_dir, run_dir.resolve(), unstarted)) from None
         raise
+
+
+def interrupted_at(ctx: RunContext | None, exc: KeyboardInterrupt, command: str, data_dir: str | Path | None, run_dir: Path,
+                   unstarted: bool) -> str:
+    """What a run stopped by Ctrl-C had finished, and the command that resumes it."""
+    if unstarted:
+        return "before the run started; nothing to resume"
+    where = str(exc) if isinstance(exc, Interrupted) else "while starting"
+    fits = ", ".join(ctx.ledger.finished) if ctx is not None else ""
+    given = f" --data-dir {shlex.quote(str(data_dir))}" if data_dir is not None else ""
+    return f"{where}; finished fits: {fits or 'none'}; resume with: augsbert {command} --resume {shlex.quote(str(run_dir))}{given}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from augsbert_ray.config import JobSpec, SpecError, load_spec
+from augsbert_ray.config import JobSpec, SpecError, load_spec, path_problem
 from augsbert_ray.layout import METRICS_FILE, SPEC_FILE
 from augsbert_ray.pipeline.context import FitLedger, RunContext
 from augsbert_ray.pipeline.fingerprint import FINGERPRINT_FILE, changed_entries, describe, fit_still_matches, run_fingerprint, write_fingerprint
@@ -29,6 +29,8 @@ def resume_spec(run_dir: Path, overrides: list[str] | None = None) -> JobSpec:
         ...
         augsbert_ray.config.errors.SpecError: --resume ...: not a run directory (no spec.yaml)
     """
+    if (problem := path_problem(run_dir, "dir")) and "not found" not in problem:
+        raise SpecError(f"--resume {run_dir}: {problem}")
     if not (run_dir / SPEC_FILE).is_file():
         raise SpecError(f"--resume {run_dir}: not a run directory (no spec.yaml)")
     for output in (METRICS_FILE, "tuning.json"):  # a finished `augsbert run` / `augsbert tune` has written it
@@ -57,7 +59,7 @@ def resume_run(spec: JobSpec, run_dir: Path, data_dir: str | Path | None, force:
         log.warning("--force-resume: %s changed; reusing %s, fitting again %s, dropping the training states of %s, labeling "
                     "again", describe(changed), ", ".join(kept) or "no fit",
                     ", ".join(sorted(ledger.finished.keys() - kept.keys())) or "nothing", ", ".join(states) or "none")
-        for stale in ("silver", "candidates", "tuning_silver", *(f"models/{name}" for name in ledger.finished.keys() - kept.keys()),
+        for stale in ("silver", "candidates", "tuning_silver", "retrieval", *(f"models/{name}" for name in ledger.finished.keys() - kept.keys()),
                       *(f"ray_train/{name}" for name in states)):
             shutil.rmtree(run_dir / stale, ignore_errors=True)
         ctx = RunContext(spec, ctx.layout, FitLedger(ctx.layout, kept), data_dir)

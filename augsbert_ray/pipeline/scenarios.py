@@ -1,4 +1,4 @@
-"""One declared list of steps per scenario: in-domain, domain transfer, and a tuning run (``augsbert tune``).
+"""One declared list of steps per scenario: in-domain, domain transfer, retrieval, and a tuning run (``augsbert tune``).
 
 Each step is a function of the run context and, by parameter name, of what earlier steps made (see steps.py);
 the last step turns what they made into the run's ``RunResult`` and writes its files (result.py)."""
@@ -17,6 +17,11 @@ from augsbert_ray.pipeline.context import FitRecord, RunContext
 from augsbert_ray.pipeline.evaluate import evaluate_models
 from augsbert_ray.pipeline.gold import Gold, read_gold, read_target, train_labels
 from augsbert_ray.pipeline.result import RunResult, write_outputs
+from augsbert_ray.pipeline.retrieval import (
+    distil_student, evaluate_rankers, find_candidates, knrm_on, label_candidates, train_gold_sbert, train_knrm, train_reranker,
+)
+from augsbert_ray.pipeline.retrieval_data import read_retrieval
+from augsbert_ray.pipeline.retrieval_report import report_retrieval
 from augsbert_ray.pipeline.silver import (
     CandidateSource, Silver, check_candidates, given_target_pairs, make_silver, silver_by_top_k, silver_dirs_by_k,
     transfer_reference_labels, tuning_silver_counts, with_sampling,
@@ -162,6 +167,21 @@ DOMAIN_TRANSFER = (
 )
 
 
+# -- retrieval: a corpus, few gold queries, many unlabeled ones (pipeline/retrieval.py) ------------------------------
+
+RETRIEVAL = (
+    Step("rdata", "read retrieval data", read_retrieval),
+    Step(("teacher", "teacher_fits", "mined"), "mine hard negatives and train the re-ranker teacher", train_reranker),
+    Step("sbert", "train SBERT on gold (MNRL + hard negatives)", train_gold_sbert),
+    Step("candidates", "first-stage candidates for the unlabeled queries", find_candidates),
+    Step("silver", "label (query, candidate) pairs with the teacher", label_candidates),
+    Step("student", "distil the AugSBERT student", distil_student),
+    Step("knrm", "train KNRM on gold", train_knrm, when=knrm_on),
+    Step("evaluation", "evaluate the rankers", evaluate_rankers),
+    Step("result", "report", report_retrieval),
+)
+
+
 def run_result(
     ctx: RunContext, gold_counts: dict[str, Any], fits: list[FitRecord], silver: Silver, tuning_counts: dict[str, Any],
     checked: CheckedTeacher, evaluations: dict[str, Evaluation], wall_seconds: dict[str, float],
@@ -262,4 +282,4 @@ def scenario_steps(spec: JobSpec, tuning: bool = False) -> tuple[Step, ...]:
     """The steps of the spec's scenario (``tuning``: of ``augsbert tune``)."""
     if tuning:
         return TUNING
-    return DOMAIN_TRANSFER if spec.scenario == "domain-transfer" else IN_DOMAIN
+    return {"domain-transfer": DOMAIN_TRANSFER, "retrieval": RETRIEVAL}.get(spec.scenario, IN_DOMAIN)

@@ -40,13 +40,15 @@ def start_run(
     check_run_models(spec)
     if resume is None:
         fingerprint = run_fingerprint(spec, data_dir)  # first: a run refused for its data leaves no spec.yaml to resume
+        # and Ray: a run whose Ray does not start, or whose cluster does not answer, leaves no directory either
+        init_ray(spec.ray.address, spec.ray.num_cpus)
         ctx = RunContext.open(spec, run_dir or new_run_dir(spec), data_dir)
         (ctx.layout.root / SPEC_FILE).write_text(dump_spec(spec), encoding="utf-8")
         write_fingerprint(ctx.layout.root, fingerprint)
     else:
         ctx = resume_run(spec, resume, data_dir, force_resume)
+        init_ray(spec.ray.address, spec.ray.num_cpus)
     log.info("run directory: %s", ctx.layout.root)
-    init_ray(spec.ray.address, spec.ray.num_cpus)
     check_resources(spec.labeling, labels_in_process(spec.labeling, spec.ray.address))  # before the fits, not after
     check_requests(job_requests(spec))
     return ctx

@@ -18,6 +18,10 @@ from augsbert_ray.runtime import log
 WALL_SECONDS = "wall_seconds"  # a step that takes this parameter gets the seconds of the steps before it, and the total
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a run: the message says where, what was finished and how to go on."""
+
+
 def always(spec: JobSpec) -> bool:
     return True
 
@@ -65,7 +69,11 @@ def run_steps(ctx: RunContext, steps: tuple[Step, ...]) -> MappingProxyType[str,
         step_start = time.perf_counter()
         wanted = list(inspect.signature(step.run).parameters)[1:]
         earlier = {WALL_SECONDS: {**seconds, "total": round(time.perf_counter() - started, 2)}, **made}
-        value = step.run(ctx, **{name: earlier[name] for name in wanted})
+        try:
+            value = step.run(ctx, **{name: earlier[name] for name in wanted})
+        except KeyboardInterrupt as exc:  # Ctrl-C: say where (and what the step says it finished)
+            said = f": {exc}" if str(exc) else ""
+            raise Interrupted(f"at stage {number}/{len(chosen)} ({title}{said})") from None
         made.update(zip(step.names, value) if isinstance(step.makes, tuple) else {step.makes: value})
         seconds[title] = round(time.perf_counter() - step_start, 2)
         log.info("[stage %d/%d] %s done in %.1fs", number, len(chosen), title, seconds[title])

@@ -16,7 +16,7 @@ import ray
 
 from augsbert_ray.config import BiEncoderSpec, JobSpec, SpecError
 from augsbert_ray.data import GoldData
-from augsbert_ray.evaluation import check_scores, dev_metric, score_pairs_on_ray
+from augsbert_ray.evaluation import check_scores, dev_metric, gather, score_pairs_on_ray
 from augsbert_ray.labeling import Teacher, TeacherMember
 from augsbert_ray.layout import PROGRESS_FILE
 from augsbert_ray.models import resolve_model
@@ -130,9 +130,11 @@ def check_teacher(ctx: RunContext, teacher: Teacher, calibration: GoldData, stud
     labeling.require_better_teacher stops the run: its silver labels would teach the student nothing it lacks."""
     spec = ctx.spec
     dev_labels = dev.column("label").to_numpy().astype(np.float64)
+    refs = {Path(m.model).name: score_pairs_on_ray(m.kind, m.model, dev, spec.evaluation.cpus, spec.evaluation.gpus) for m in teacher.members}
     student_ref = score_pairs_on_ray("bi_encoder", str(student_dir), dev, spec.evaluation.cpus, spec.evaluation.gpus)
-    dev_scores = score_members(spec, teacher, dev)
-    student_scores = np.asarray(ray.get(student_ref))
+    gathered = gather({**refs, f"{student_dir.name} (student)": student_ref}, "teacher gate: dev scores")
+    dev_scores = [np.asarray(gathered[name]) for name in refs]
+    student_scores = np.asarray(gathered[f"{student_dir.name} (student)"])
     for model, scores in [*((m.model, s) for m, s in zip(teacher.members, dev_scores)), (str(student_dir), student_scores)]:
         check_scores(scores, f"teacher gate: {model}: dev split")  # before: a NaN gate let a diverged teacher label
     teacher = calibrate_teacher(ctx, teacher, calibration, scored=(dev, dev_scores))

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 
 log = logging.getLogger("augsbert")
@@ -26,7 +27,7 @@ RAY_DEDUP_NOTE = re.compile(r"(\x1b\[[\d;]*m)? \[repeated \d+x across cluster\].
 
 
 @contextmanager
-def chatter_to(log_file: Path) -> Iterator[None]:
+def chatter_to(log_file: Path, shown_as: Path | None = None) -> Iterator[None]:
     """Inside, everything this process writes to stdout and stderr (Ray's and the libraries' logs and warnings, and
     what Ray forwards from its workers) is appended to ``log_file``; the console keeps the augsbert logger's lines
     and the fits' progress lines. Works on the file descriptors, so output of C++ code and of Ray's log forwarding
@@ -34,6 +35,8 @@ def chatter_to(log_file: Path) -> Iterator[None]:
 
     Args:
         log_file: The log to append to, e.g. ``run_dir / RUN_LOG``.
+        shown_as: The log's name in the console line that says where the output goes, where the caller moves it
+            there afterwards; default ``log_file``.
 
     Example:
         ::
@@ -51,7 +54,7 @@ def chatter_to(log_file: Path) -> Iterator[None]:
     done = threading.Event()
     sorter = threading.Thread(target=_sort_lines, args=(read_end, log_file, console, done), name="chatter", daemon=True)
     sorter.start()
-    log.info("Ray's and the libraries' output goes to %s (-v shows it here)", log_file)
+    log.info("Ray's and the libraries' output goes to %s (-v shows it here)", shown_as or log_file)
     try:
         yield
     finally:
@@ -67,9 +70,11 @@ def chatter_to(log_file: Path) -> Iterator[None]:
 
 def _sort_lines(read_end: int, log_file: Path, console: int, done: threading.Event) -> None:
     """Append all that comes through the pipe to the log; copy the console's lines to the console. Stops once
-    ``done`` is set and nothing more is waiting (a process started inside may still hold the pipe open)."""
+    ``done`` is set and nothing more is waiting (a process started inside may still hold the pipe open). A log that
+    cannot be written (a full disk) is given up, and the pipe still drained: else every writer would block."""
     pending = b""
-    with log_file.open("ab") as log_out:
+    log_out = _open_log(log_file)
+    try:
         while True:
             if not select.select([read_end], [], [], 0.1)[0]:
                 if done.is_set():
@@ -78,8 +83,11 @@ def _sort_lines(read_end: int, log_file: Path, console: int, done: threading.Eve
             chunk = os.read(read_end, 1 << 16)
             if not chunk:
                 break
-            log_out.write(chunk)
-            log_out.flush()
+            if log_out is not None:
+                try:
+                    log_out.write(chunk)
+                except OSError:
+                    log_out = None
             *lines, pending = (pending + chunk).split(b"\n")
             for line in lines:
                 # what a terminal would show: the part after the last carriage return (a cleared progress bar)
@@ -88,7 +96,18 @@ def _sort_lines(read_end: int, log_file: Path, console: int, done: threading.Eve
                     text = RAY_DEDUP_NOTE.sub("", text)
                     with contextlib.suppress(OSError):  # a console that went away (a closed pipe) only loses lines
                         os.write(console, (text + "\n").encode())
-    os.close(read_end)
+    finally:
+        if log_out is not None:
+            log_out.close()
+        os.close(read_end)
+
+
+def _open_log(log_file: Path) -> BinaryIO | None:
+    """The log, unbuffered (each chunk is written as it comes, and a failed write leaves nothing to flush)."""
+    try:
+        return log_file.open("ab", buffering=0)
+    except OSError:
+        return None
 
 
 def format_seconds(seconds: float) -> str:

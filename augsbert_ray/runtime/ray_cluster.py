@@ -8,6 +8,9 @@ import json
 import logging
 import os
 import socket
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -37,6 +40,9 @@ LOCAL_TRAIN_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0", "RAY_TRAIN_HEALTH
 # Seconds to wait for a cluster's GCS to answer before giving up on its address.
 CONNECT_TIMEOUT_ENV = "AUGSBERT_CONNECT_TIMEOUT"
 DEFAULT_CONNECT_TIMEOUT_S = 60.0
+PRINT_LOGS = "ray_print_logs"  # the handler by which Ray's driver prints what its workers print (ray._private.worker)
+_muted: list[tuple[str, object]] = []  # handlers mute_ray_output took away
+LATE_OUTPUT_S = 1.0  # how long a failed command waits for Ray's last lines from its workers, for the log
 
 
 def check_dashboard_packages() -> None:
@@ -128,7 +134,69 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, dashboard:
         env_vars.update(LOCAL_TRAIN_ENV, RAY_API_SERVER_ADDRESS=f"http://127.0.0.1:{port}")
         with _loopback_node():
             ray.init(num_cpus=num_cpus, include_dashboard=True, dashboard_port=port, runtime_env={"env_vars": env_vars})
-    log.info("ray: %s", ray.cluster_resources())
+    resources = ray.cluster_resources()
+    if address:
+        log.info("ray: %s", resources)  # a cluster's own resources (custom ones, accelerators) are worth every key
+    else:
+        gpus = int(resources.get("GPU", 0))
+        log.info("ray: an embedded local Ray on 127.0.0.1: %g CPUs, %s, %.1f GB object store", resources.get("CPU", 0),
+                 f"{gpus} GPU{'s' if gpus > 1 else ''}" if gpus else "no GPU", resources.get("object_store_memory", 0) / 1e9)
+
+
+@contextmanager
+def ray_muted_on_error() -> Iterator[None]:
+    """When the block raises (Ctrl-C included), Ray's late output goes to the current stdout and stderr (the log,
+    inside chatter_to) and then nowhere: a failed worker's traceback still on its way, and the lines Ray
+    deduplicated and prints when it shuts down at exit, came on the console after the command's one error line.
+    (Shutting Ray down here instead ended the process with status 1 where a Ray Data thread still ran.)"""
+    unmute_ray_output()  # a later call in this process (bench.reproduce's next run) logs Ray's output again
+    try:
+        yield
+    except BaseException as exc:
+        if ray.is_initialized():
+            if not isinstance(exc, KeyboardInterrupt):
+                time.sleep(LATE_OUTPUT_S)  # a worker's traceback reaches the driver a moment after its error
+            mute_ray_output()
+            wait_for_ray_data()
+        raise
+
+
+def wait_for_ray_data(timeout_s: float = 20.0) -> None:
+    """Wait for Ray Data's executor threads to stop. A dataset whose reader stopped (Ctrl-C, an error) shuts its
+    executor down in a thread of its own, which takes a few seconds; Ray's shutdown at exit meanwhile ended the
+    process with status 1 ("The core worker has already been shutdown ... The process will exit")."""
+    deadline = time.monotonic() + timeout_s
+    for thread in threading.enumerate():
+        if thread.name.startswith("StreamingExecutor-") and thread is not threading.current_thread():
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def mute_ray_output() -> None:
+    """Print what Ray holds back for the console now, and nothing it forwards from workers from here on (Ray 2.60's
+    ray._private.worker; no public API does this)."""
+    from ray._private import ray_logging
+    from ray._private import worker as ray_worker
+
+    with contextlib.suppress(Exception):  # internals that may move: then Ray's output stays as it was
+        ignore_prefix = ray_worker._should_ignore_worker_log_prefix(ray_worker.global_worker)
+        for deduplicator, stream in ((ray_logging.stdout_deduplicator, sys.stdout), (ray_logging.stderr_deduplicator, sys.stderr)):
+            for leftover in deduplicator.flush():
+                ray_worker.print_worker_logs(leftover, stream, ignore_prefix)
+        dispatcher = ray_worker.global_worker_stdstream_dispatcher
+        _muted.extend(pair for pair in dispatcher.handlers if pair[0] == PRINT_LOGS)
+        dispatcher.remove_handler(PRINT_LOGS)
+
+
+def unmute_ray_output() -> None:
+    """Undo ``mute_ray_output``, where the Ray it muted still runs."""
+    from ray._private import worker as ray_worker
+
+    with contextlib.suppress(Exception):
+        dispatcher = ray_worker.global_worker_stdstream_dispatcher
+        if ray.is_initialized() and not any(name == PRINT_LOGS for name, _ in dispatcher.handlers):
+            for name, handler in _muted:
+                dispatcher.add_handler(name, handler)
+    _muted.clear()
 
 
 def connect_timeout() -> float:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ from ray.train.torch import TorchTrainer
 
 from augsbert_ray.config import EncoderSpec, TrainingSpec
 from augsbert_ray.layout import TrainFile
+from augsbert_ray.training.loopback import torch_config
 from augsbert_ray.runtime import configure_torch_threads, format_seconds, gpu_unseen, log, setup_worker_logging, warn_cpu_bf16
 
 FIT_METRICS = "augsbert_fit.json"  # in a fit's final checkpoint: what it reported, to report again on a resume
@@ -246,6 +250,21 @@ def check_gpu_workers(name: str) -> None:
         raise RuntimeError(problem)
 
 
+@contextmanager
+def sigint_kept(trainer: TorchTrainer) -> Iterator[None]:
+    """The driver's SIGINT handler stays the driver's during ``trainer.fit()`` and after it. Ray Train installs its own
+    in fit() (an abort of the fit's controller, ``sys.exit(0)`` at the third) and leaves it: a later Ctrl-C stopped
+    nothing, and one during a fit ended the run with status 1 and no word. Here the driver's handler stops the fit
+    (the fit's actors die with the driver, or with its Ray job on a cluster)."""
+    saved = signal.getsignal(signal.SIGINT)
+    trainer._register_sigint_handler = lambda controller: None  # Ray 2.60: DataParallelTrainer._register_sigint_handler
+    try:
+        yield
+    finally:
+        if threading.current_thread() is threading.main_thread() and saved is not None:
+            signal.signal(signal.SIGINT, saved)
+
+
 def fit_on_ray(
     train_loop: Callable[[dict[str, Any]], None],
     loop_config: dict[str, Any],
@@ -263,6 +282,7 @@ def fit_on_ray(
         check_gpu_workers(name)
     trainer = TorchTrainer(
         train_loop,
+        torch_config=torch_config(),
         train_loop_config={
             **loop_config,
             "train_files": train_files,
@@ -286,7 +306,8 @@ def fit_on_ray(
         ),
     )
     log.info("training %s on %d Ray Train worker(s)", name, resources.num_workers)
-    result = trainer.fit()
+    with sigint_kept(trainer):
+        result = trainer.fit()
     if result.checkpoint is None:
         raise RuntimeError(f"training {name} finished without a checkpoint")
     if model_dir.exists():
