@@ -49,6 +49,18 @@ def test_time_left_reads_in_minutes_or_hours() -> None:
     assert [format_seconds(s) for s in (0, 59.6, 61, 3600 * 2 + 61, float("inf"))] == ["0m00s", "1m00s", "1m01s", "2h01m", "unknown"]
 
 
+def test_the_ray_line_reads_as_words_not_a_dict() -> None:
+    """Before: joining a cluster printed `ray: {'object_store_memory': ..., 'node:10.0.0.1': 1.0, ...}`."""
+    from augsbert_ray.runtime.ray_cluster import resources_line
+
+    cluster = {"CPU": 48.0, "GPU": 2.0, "memory": 1e11, "object_store_memory": 3.05e10, "node:10.0.0.1": 1.0, "node:10.0.0.2": 1.0,
+               "node:__internal_head__": 1.0, "accelerator_type:H100": 2.0}
+    assert resources_line(cluster, "10.0.0.1:6379") == ("the Ray cluster at 10.0.0.1:6379: 2 nodes, 48 CPUs, 2 GPUs, 30.5 GB object "
+                                                         "store; also {'accelerator_type:H100': 2.0}")
+    assert resources_line({"CPU": 2.0, "object_store_memory": 1.2e9, "node:127.0.0.1": 1.0}, None) == \
+        "an embedded local Ray on 127.0.0.1: 2 CPUs, no GPU, 1.2 GB object store"
+
+
 FIT_IN_A_NEW_RAY = """
 import os
 import sys

@@ -134,13 +134,22 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, dashboard:
         env_vars.update(LOCAL_TRAIN_ENV, RAY_API_SERVER_ADDRESS=f"http://127.0.0.1:{port}")
         with _loopback_node():
             ray.init(num_cpus=num_cpus, include_dashboard=True, dashboard_port=port, runtime_env={"env_vars": env_vars})
-    resources = ray.cluster_resources()
-    if address:
-        log.info("ray: %s", resources)  # a cluster's own resources (custom ones, accelerators) are worth every key
-    else:
-        gpus = int(resources.get("GPU", 0))
-        log.info("ray: an embedded local Ray on 127.0.0.1: %g CPUs, %s, %.1f GB object store", resources.get("CPU", 0),
-                 f"{gpus} GPU{'s' if gpus > 1 else ''}" if gpus else "no GPU", resources.get("object_store_memory", 0) / 1e9)
+    joined = ray.get_runtime_context().gcs_address if address == "auto" else address
+    log.info("ray: %s", resources_line(ray.cluster_resources(), joined))
+
+
+def resources_line(resources: dict[str, float], address: str | None) -> str:
+    """What a run has at hand, in words: the nodes, CPUs, GPUs and object store, and a cluster's other resources
+    (custom ones, accelerator types), e.g. ``an embedded local Ray on 127.0.0.1: 2 CPUs, no GPU, 1.2 GB object store``."""
+    gpus = int(resources.get("GPU", 0))
+    line = (f"{resources.get('CPU', 0):g} CPUs, {f'{gpus} GPU' + ('s' if gpus > 1 else '') if gpus else 'no GPU'}, "
+            f"{resources.get('object_store_memory', 0) / 1e9:.1f} GB object store")
+    if not address:
+        return f"an embedded local Ray on 127.0.0.1: {line}"
+    nodes = sum(1 for name in resources if name.startswith("node:") and name != "node:__internal_head__")
+    others = {name: value for name, value in resources.items()
+              if name not in ("CPU", "GPU", "memory", "object_store_memory") and not name.startswith("node:")}
+    return f"the Ray cluster at {address}: {nodes} node{'s' if nodes != 1 else ''}, {line}" + (f"; also {others}" if others else "")
 
 
 @contextmanager
