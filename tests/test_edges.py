@@ -175,28 +175,34 @@ def test_one_ctrl_c_stops_label_on_an_actor_pool(tiny_cross_encoder: Path, tmp_p
 
 def test_a_second_ctrl_c_forces_the_exit(tmp_path: Path) -> None:
     """The first Ctrl-C raises KeyboardInterrupt; while the command still winds down (here: a cleanup that hangs), a
-    second one exits at once with status 130."""
+    second one exits at once with status 130, its line on the console though the run's output goes to its log
+    (before: that line went to the log)."""
     script = (
-        "import time\n"
+        "import sys, time\n"
+        "from pathlib import Path\n"
         "from augsbert_ray.cli.interrupt import stop_on_interrupt\n"
-        "with stop_on_interrupt('run'):\n"
+        "from augsbert_ray.runtime.console import chatter_to\n"
+        "print('ready', flush=True)\n"
+        "with stop_on_interrupt('run'), chatter_to(Path(sys.argv[1])):\n"
         "    try:\n"
-        "        print('ready', flush=True); time.sleep(60)\n"
+        "        time.sleep(60)\n"
         "    except KeyboardInterrupt:\n"
-        "        print('winding down', flush=True); time.sleep(60)\n"
+        "        print('winding down', file=sys.__stderr__, flush=True); time.sleep(60)\n"
     )
-    process = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True)
+    process = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "run.log")], cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         assert process.stdout is not None
         assert process.stdout.readline() == "ready\n"
+        time.sleep(0.5)  # into chatter_to
         os.killpg(process.pid, signal.SIGINT)
-        assert process.stdout.readline() == "winding down\n"
+        time.sleep(1)  # winding down
         started = time.monotonic()
         os.killpg(process.pid, signal.SIGINT)
         assert process.wait(timeout=10) == STOPPED
         assert time.monotonic() - started < 5
         assert "augsbert run: interrupted again: exiting now" in process.stdout.read()
+        assert "winding down" in (tmp_path / "run.log").read_text()  # the first was handled inside chatter_to
     finally:
         if process.poll() is None:
             process.kill()

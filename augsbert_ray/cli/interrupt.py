@@ -29,6 +29,8 @@ class _Interrupts:
 
     def __init__(self, command: str) -> None:
         self.command = command
+        # the console as it is now: inside, a run's output (fd 2 too) may go to its log (runtime.chatter_to)
+        self.console = os.dup(2)
         self.received = 0
         self.redelivering = False
         self.done = threading.Event()
@@ -39,7 +41,7 @@ class _Interrupts:
             raise KeyboardInterrupt
         self.received += 1
         if self.received > 1:
-            os.write(2, f"\naugsbert {self.command}: interrupted again: exiting now\n".encode())
+            os.write(self.console, f"\naugsbert {self.command}: interrupted again: exiting now\n".encode())
             os._exit(INTERRUPTED)
         threading.Thread(target=self.watch, name="augsbert-interrupt", daemon=True).start()
         raise KeyboardInterrupt
@@ -75,6 +77,7 @@ def stop_on_interrupt(command: str) -> Iterator[None]:
         yield
     finally:
         interrupts.done.set()
+        os.close(interrupts.console)
         if not interrupts.received:
             signal.signal(signal.SIGINT, previous)
             if tune_set_here:
