@@ -42,13 +42,15 @@ def bm25_run(rset: RetrievalSet, depth: int, threads: int = 1) -> Run:
     return hits_by_query(rows, scores, rset.queries.ids, rset.corpus.ids, rset.excluded, depth, positive_only=True)
 
 
-def dense_runs(model: str, sets: list[RetrievalSet], depth: int, threads: int = 1, gpu: bool = False) -> list[Run]:
-    """A bi-encoder's top ``depth`` documents of each query of each task, by faiss inner product (exact)."""
+def dense_runs(model: str, sets: list[RetrievalSet], depth: int, threads: int = 1, gpu: bool = False,
+               max_seq_length: int | None = None) -> list[Run]:
+    """A bi-encoder's top ``depth`` documents of each query of each task, by faiss inner product (exact), each text
+    cut to ``max_seq_length`` tokens (None: the model's own)."""
     configure_torch_threads(threads)
     runs = []
     for rset in sets:
-        corpus = embed_texts(model, document_texts(rset.corpus), threads, gpu)
-        queries = embed_texts(model, rset.queries.texts, threads, gpu)
+        corpus = embed_texts(model, document_texts(rset.corpus), threads, gpu, max_seq_length=max_seq_length)
+        queries = embed_texts(model, rset.queries.texts, threads, gpu, max_seq_length=max_seq_length)
         rows, scores = dense_search(corpus, queries, depth + most_excluded(rset))
         runs.append(hits_by_query(rows, scores, rset.queries.ids, rset.corpus.ids, rset.excluded, depth))
     return runs
@@ -94,6 +96,8 @@ class RankerModels:
         teacher: The cross-encoder re-ranker's directory.
         knrm: KNRM's directory (``KNRM.from_pretrained``), or None.
         onnx_cache: Where the teacher's ONNX export is kept (a run's silver/_onnx); None: beside the model.
+        max_seq_length: Tokens per text of every bi-encoder (the zero-shot one too, so that all read as much as the
+            fitted ones were trained on); None: each model's own.
     """
 
     dense: dict[str, str]
@@ -101,6 +105,7 @@ class RankerModels:
     teacher: str
     knrm: str | None = None
     onnx_cache: str | None = None
+    max_seq_length: int | None = None
 
 
 @dataclass
@@ -146,7 +151,7 @@ def evaluate_retrieval(
     dense = ray.remote(num_cpus=cpus, num_gpus=gpus)(dense_runs)
     rerank = ray.remote(num_cpus=cpus, num_gpus=gpus)(rerank_runs)
     # every model's task is started before BM25 runs here: they overlap
-    dense_refs = {row: dense.remote(model, sets, depth, threads, gpu) for row, model in models.dense.items()}
+    dense_refs = {row: dense.remote(model, sets, depth, threads, gpu, models.max_seq_length) for row, model in models.dense.items()}
     bm25 = [bm25_run(rset, depth, threads) for rset in sets]
     rerank_refs = {"teacher_rerank": rerank.remote("cross_encoder", models.teacher, sets, bm25, rerank_depth, threads, gpu,
                                                     models.onnx_cache)}

@@ -91,7 +91,8 @@ def mine_gold(ctx: RunContext, rdata: RetrievalData) -> MinedGold:
     log.info("mining %d hard negatives for each of %d gold pairs among %d documents", rspec.hard_negatives, pairs.num_rows,
              len(rdata.gold.corpus))
     triplets = mine_negatives(pairs, resolve_model(spec.evaluation.zero_shot_model), document_texts(rdata.gold.corpus),
-                              num_negatives=rspec.hard_negatives + extra, seed=spec.seed)
+                              num_negatives=rspec.hard_negatives + extra, seed=spec.seed,
+                              max_seq_length=spec.bi_encoder.max_seq_length)
     triplets = without_excluded(triplets, rdata, rspec.hard_negatives)
     labeled = reranker_pairs(pairs, triplets)
     out.mkdir(parents=True, exist_ok=True)
@@ -142,10 +143,13 @@ def train_gold_sbert(ctx: RunContext, mined: MinedGold) -> FitRecord:
 # -- candidates and their labels ----------------------------------------------------------------------------------
 
 
-def dense_candidates(model: str, corpus: list[str], queries: list[str], depth: int, threads: int, gpu: bool) -> tuple[Any, Any]:
+def dense_candidates(
+    model: str, corpus: list[str], queries: list[str], depth: int, threads: int, gpu: bool, max_seq_length: int | None,
+) -> tuple[Any, Any]:
     """A Ray task's work: embed the corpus and the queries, then search with faiss."""
     configure_torch_threads(threads)
-    return dense_search(embed_texts(model, corpus, threads, gpu), embed_texts(model, queries, threads, gpu), depth)
+    embedded = [embed_texts(model, texts, threads, gpu, max_seq_length=max_seq_length) for texts in (corpus, queries)]
+    return dense_search(*embedded, depth)
 
 
 def interleaved(runs: list[dict[str, float]], keep: int) -> list[tuple[str, int, float]]:
@@ -176,7 +180,7 @@ def find_candidates(ctx: RunContext, rdata: RetrievalData) -> pa.Table:
     if "dense" in sources:
         search = ray.remote(num_cpus=spec.evaluation.cpus, num_gpus=spec.evaluation.gpus)(dense_candidates)
         ref = search.remote(resolve_model(spec.evaluation.zero_shot_model), texts, list(unlabeled.queries.texts), depth,
-                            max(1, int(spec.evaluation.cpus)), spec.evaluation.gpus > 0)
+                            max(1, int(spec.evaluation.cpus)), spec.evaluation.gpus > 0, spec.bi_encoder.max_seq_length)
     if "bm25" in sources:
         rows, scores = bm25_search(texts, unlabeled.queries.texts, depth, max(1, int(spec.sampling.search_cpus)))
         runs["bm25"] = hits_by_query(rows, scores, unlabeled.queries.ids, unlabeled.corpus.ids, unlabeled.excluded, k, positive_only=True)
@@ -296,7 +300,7 @@ def evaluate_rankers(
     dense = {"zero_shot": resolve_model(spec.evaluation.zero_shot_model), "sbert": str(sbert.model_dir),
              student.name: str(student.model_dir)}
     models = RankerModels(dense, student.name, str(teacher_fits[0].model_dir), str(knrm.model_dir) if knrm else None,
-                          str(ctx.layout.onnx_cache))
+                          str(ctx.layout.onnx_cache), spec.bi_encoder.max_seq_length)
     return evaluate_retrieval(rdata.dev, rdata.test, models, rspec.depth, rspec.rerank_depth, spec.evaluation.cpus,
                               spec.evaluation.gpus, rspec.aggregation)
 

@@ -42,9 +42,12 @@ def bm25_search(corpus: Sequence[str], queries: Sequence[str], depth: int, threa
     return _retrieve(retriever, 0, query_ids, tokens.vocab, depth, threads)
 
 
-def embed_texts(model: str, texts: Sequence[str], threads: int = 1, gpu: bool = False, batch_size: int = 64) -> np.ndarray:
-    """Unit-length float32 embeddings of ``texts`` by a bi-encoder (directory or Hugging Face id)."""
-    return BiEncoderScorer(model, batch_size, threads=threads, gpu=gpu).embed(list(texts))
+def embed_texts(
+    model: str, texts: Sequence[str], threads: int = 1, gpu: bool = False, batch_size: int = 64, max_seq_length: int | None = None,
+) -> np.ndarray:
+    """Unit-length float32 embeddings of ``texts`` by a bi-encoder (directory or Hugging Face id), each cut to
+    ``max_seq_length`` tokens (None: the model's own)."""
+    return BiEncoderScorer(model, batch_size, threads=threads, max_seq_length=max_seq_length, gpu=gpu).embed(list(texts))
 
 
 def dense_search(

@@ -83,6 +83,7 @@ def mine_negatives(
     sampling: Literal["top", "random"] = "top",
     batch_size: int = 32,
     seed: int = 0,
+    max_seq_length: int | None = None,
 ) -> pa.Table:
     """Hard negatives for each gold pair from sentence-transformers' ``mine_hard_negatives``: the documents nearest
     the query by the ``miner`` bi-encoder, leaving out every gold document of that query (``include_positives=False``:
@@ -101,6 +102,7 @@ def mine_negatives(
         sampling: ``top``: the nearest that qualify; ``random``: a random choice among them.
         batch_size: Encoding batch size.
         seed: Seeds ``random`` sampling.
+        max_seq_length: Tokens per text for the miner; None: the model's own.
 
     Returns:
         ``query``, ``positive``, ``negative``: one row per mined negative (fewer where too few qualified).
@@ -116,8 +118,11 @@ def mine_negatives(
 
     random.seed(seed)  # mine_hard_negatives samples with the random module
     dataset = Dataset(pairs.select(["query", "document"]).rename_columns(["query", "positive"]))
+    miner_model = SentenceTransformer(miner)
+    if max_seq_length:  # tokens per text: the model's own (256 for MiniLM) costs twice 128's on a long corpus
+        miner_model.max_seq_length = max_seq_length
     mined = mine_hard_negatives(
-        dataset, SentenceTransformer(miner), anchor_column_name="query", positive_column_name="positive", corpus=corpus,
+        dataset, miner_model, anchor_column_name="query", positive_column_name="positive", corpus=corpus,
         range_min=range_min, range_max=range_max, relative_margin=relative_margin, num_negatives=num_negatives,
         sampling_strategy=sampling, include_positives=False, output_format="triplet", batch_size=batch_size, verbose=False,
     )
