@@ -64,9 +64,15 @@ def test_mrpc_dev_is_carved_from_train_not_test(data_dir: Path) -> None:
     assert mrpc.test.num_rows == 1725 and not pair_set(mrpc.dev) & pair_set(mrpc.train)
 
 
+# every fit in the test's process (Ray Train's local mode): a worker's start-up costs half a minute. Fits on Ray
+# Train's workers are tested in test_pipeline, test_fault_tolerance and test_edges.
+IN_PROCESS = ["training.num_workers=0", "training.cpus_per_worker=1"]
+FIT_HERE = TrainingSpec(num_workers=0, cpus_per_worker=1)
+
+
 def tiny_models(tiny_model: Path) -> list[str]:
     return [f"cross_encoder.model={tiny_model}", f"bi_encoder.model={tiny_model}", f"evaluation.zero_shot_model={tiny_model}",
-            "cross_encoder.epochs=1", "data.train_limit=150", "training.cpus_per_worker=1"]
+            "cross_encoder.epochs=1", "data.train_limit=150", *IN_PROCESS]
 
 
 def run(job: str, overrides: list[str], data_dir: Path) -> None:
@@ -162,7 +168,7 @@ def test_a_fit_reads_the_silver_scores_and_bf16_changes_its_weights(ray_session,
         model_dir = tmp_path / "models" / name
         fit_bi_encoder(BiEncoderSpec(model=str(tiny_model), batch_size=16, learning_rate=1e-3), str(tiny_model),
                        [(str(tmp_path / "silver.parquet"), "score")],
-                       TrainingSpec(cpus_per_worker=1, bf16=bf16), 0, tmp_path / "ray_train", name, model_dir)
+                       FIT_HERE.model_copy(update={"bf16": bf16}), 0, tmp_path / "ray_train", name, model_dir)
         weights[name] = load_file(str(model_dir / "model.safetensors"))
 
     def moved(name: str) -> float:
@@ -218,7 +224,7 @@ def test_a_cross_encoder_fit_is_reproduced_by_its_seed(ray_session, tiny_model: 
     for name, seed in (("first", 1), ("again", 1), ("other", 2)):
         model_dir = tmp_path / "models" / name
         fit_cross_encoder(CrossEncoderSpec(model=str(tiny_model), epochs=1, batch_size=16), str(tiny_model),
-                          [(str(path), "label")], TrainingSpec(cpus_per_worker=1), seed, tmp_path / "ray_train" / name, model_dir)
+                          [(str(path), "label")], FIT_HERE, seed, tmp_path / "ray_train" / name, model_dir)
         weights[name] = load_file(str(model_dir / "model.safetensors"))
     assert all(np.array_equal(weights["first"][key], weights["again"][key]) for key in weights["first"])
     assert any(not np.array_equal(weights["first"][key], weights["other"][key]) for key in weights["first"])

@@ -271,6 +271,7 @@ def test_tune_command_searches_top_k_with_silver_made_once(
         f"data: {{train_limit: {TRAIN_ROWS}}}\n"
         f"bi_encoder: {{model: {tiny_model}, batch_size: {BATCH}, learning_rate: 0.001}}\n"
         "sampling: {strategies: [bm25], top_k: 1}\n"
+        "training: {num_workers: 0}\n"  # SBERT's plain fit (for the teacher gate) in this process: the trials are tested here
         "tuning: {seeds: [1, 2], top_k: [1, 2], keep: 1, models: [augsbert_bm25], eval_every: 0.5, cpus_per_trial: 0.45}\n"
     )
     args = ["tune", str(job), "--data-dir", str(data_dir), "--cross-encoder", str(tiny_cross_encoder)]

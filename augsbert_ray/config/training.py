@@ -104,7 +104,11 @@ class TeacherSpec(_Strict):
 class TrainingSpec(_Strict):
     """How Ray Train runs each fit."""
 
-    num_workers: int = Field(1, gt=0)
+    num_workers: int = Field(
+        1, ge=0, description="Ray Train workers per fit. 0: each fit runs in the calling process (Ray Train's local mode): "
+        "no worker to start (a small fit on a laptop takes seconds, not half a minute), but no checkpoint to resume "
+        "from and no worker failure survived.",
+    )
     use_gpu: bool = False
     cpus_per_worker: Cpus = 2
     max_failures: int | None = Field(

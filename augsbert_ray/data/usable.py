@@ -62,7 +62,7 @@ def batch_need(setting: str, batch_size: int, workers: int, both_orders: bool = 
     """(the fewest train pairs that fill one batch of a fit on every worker, the setting that says so). Under DDP
     sentence-transformers drops an incomplete batch and splits the full ones over the workers, so fewer pairs
     train nothing; a cross-encoder with both_orders sees each pair twice."""
-    rows = batch_size * workers
+    rows = batch_size * max(1, workers)  # 0 workers: one fit in the calling process
     text = f"{setting}={batch_size}" + (" with both_orders" if both_orders else "")
     return (-(-rows // 2) if both_orders else rows), text + (f" on each of training.num_workers={workers}" if workers > 1 else "")
 

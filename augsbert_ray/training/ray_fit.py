@@ -188,18 +188,25 @@ def train_and_report(
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as output_dir:
         args = training_arguments(
-            args_cls, spec, config["seed"], output_dir, find_unused_parameters, config["checkpoint_every"], bf16=config["bf16"]
+            args_cls, spec, config["seed"], output_dir, find_unused_parameters, config["checkpoint_every"],
+            distributed=not config.get("model_dir"), bf16=config["bf16"],
         )
         trainer = with_progress_line(trainer_cls(model=model, args=args, train_dataset=training_dataset(table), loss=loss), config["name"])
         result, resumed_from_step = train_resuming(trainer, config["checkpoint_every"])
     # kept with the final model, for a driver that stopped before recording the fit to account for it (FitLedger)
     metrics = {"train_loss": result.training_loss, "train_rows": table.num_rows, "steps": result.global_step,
                "train_seconds": round(time.monotonic() - started, 2)}
-    report_final_model(model, {**metrics, "resumed_from_step": resumed_from_step})
+    report_final_model(model, {**metrics, "resumed_from_step": resumed_from_step}, config["model_dir"])
 
 
-def report_final_model(model: Any, metrics: dict[str, Any]) -> None:
-    """Every worker reports; rank 0 attaches the saved model, with the metrics beside it, as the checkpoint."""
+def report_final_model(model: Any, metrics: dict[str, Any], model_dir: str | None = None) -> None:
+    """Every worker reports; rank 0 attaches the saved model, with the metrics beside it, as the checkpoint. A fit in
+    the calling process (``model_dir`` given: Ray Train's local mode, which keeps a reported checkpoint by reference
+    only) saves the model there and reports the metrics alone."""
+    if model_dir:
+        model.save_pretrained(model_dir)
+        ray.train.report(metrics)
+        return
     rank_0 = ray.train.get_context().get_world_rank() == 0
     with tempfile.TemporaryDirectory() as tmp:
         if rank_0:
@@ -230,7 +237,8 @@ def worker_setup(config: dict[str, Any]) -> None:
     from transformers import set_seed
 
     configure_torch_threads(config["threads"])
-    setup_worker_logging()
+    if not config.get("model_dir"):  # in a worker; a fit in the calling process keeps that process's logging
+        setup_worker_logging()
     # before the model is built: a cross-encoder's new classification head is initialized from the global RNG,
     # which the trainer seeds only after that
     set_seed(config["seed"])
@@ -273,13 +281,17 @@ def fit_on_ray(
     name: str,
     model_dir: Path,
 ) -> dict[str, Any]:
-    """Fit with ``resources.num_workers`` Ray Train workers and copy the final model to ``model_dir``. The training
-    files are checked and made absolute here, as the workers run in other directories."""
+    """Fit with ``resources.num_workers`` Ray Train workers and copy the final model to ``model_dir``; with 0, in
+    this process (Ray Train's local mode), saving the model there. The training files are checked and made absolute
+    here, as the workers run in other directories."""
     train_files = [(str(Path(path).resolve()), target) for path, target in loop_config["train_files"]]
     if missing := [path for path, _ in train_files if not Path(path).is_file()]:
         raise FileNotFoundError(f"training {name}: no such file: {missing[0]}")
-    if resources.use_gpu:
+    in_process = resources.num_workers == 0
+    if resources.use_gpu and not in_process:
         check_gpu_workers(name)
+    if in_process and model_dir.exists():
+        shutil.rmtree(model_dir)
     trainer = TorchTrainer(
         train_loop,
         torch_config=torch_config(),
@@ -290,6 +302,7 @@ def fit_on_ray(
             "threads": max(1, int(resources.cpus_per_worker)),
             "checkpoint_every": resources.checkpoint_every,
             "bf16": resources.bf16,
+            "model_dir": str(model_dir.resolve()) if in_process else None,
         },
         scaling_config=ScalingConfig(
             num_workers=resources.num_workers,
@@ -305,9 +318,14 @@ def fit_on_ray(
             checkpoint_config=CheckpointConfig(num_to_keep=1),
         ),
     )
-    log.info("training %s on %d Ray Train worker(s)", name, resources.num_workers)
+    if in_process:
+        log.info("training %s in this process (Ray Train's local mode)", name)
+    else:
+        log.info("training %s on %d Ray Train worker(s)", name, resources.num_workers)
     with sigint_kept(trainer):
         result = trainer.fit()
+    if in_process:
+        return dict(result.metrics or {})
     if result.checkpoint is None:
         raise RuntimeError(f"training {name} finished without a checkpoint")
     if model_dir.exists():
