@@ -190,7 +190,7 @@ def knrm_train_loop(config: dict[str, Any]) -> None:
     model.eval()
     metrics = {"train_loss": float(np.mean(epoch_losses)), "epoch_losses": epoch_losses, "train_rows": len(rows),
                "steps": total, "train_seconds": round(time.monotonic() - started, 2), "resumed_from_step": 0}
-    report_final_model(model, metrics, config["model_dir"])
+    report_final_model(model, metrics, config["in_process_model_dir"])
 
 
 def fit_knrm(

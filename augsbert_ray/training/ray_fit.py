@@ -189,14 +189,14 @@ def train_and_report(
     with tempfile.TemporaryDirectory() as output_dir:
         args = training_arguments(
             args_cls, spec, config["seed"], output_dir, find_unused_parameters, config["checkpoint_every"],
-            distributed=not config.get("model_dir"), bf16=config["bf16"],
+            distributed=not config.get("in_process_model_dir"), bf16=config["bf16"],
         )
         trainer = with_progress_line(trainer_cls(model=model, args=args, train_dataset=training_dataset(table), loss=loss), config["name"])
         result, resumed_from_step = train_resuming(trainer, config["checkpoint_every"])
     # kept with the final model, for a driver that stopped before recording the fit to account for it (FitLedger)
     metrics = {"train_loss": result.training_loss, "train_rows": table.num_rows, "steps": result.global_step,
                "train_seconds": round(time.monotonic() - started, 2)}
-    report_final_model(model, {**metrics, "resumed_from_step": resumed_from_step}, config["model_dir"])
+    report_final_model(model, {**metrics, "resumed_from_step": resumed_from_step}, config["in_process_model_dir"])
 
 
 def report_final_model(model: Any, metrics: dict[str, Any], model_dir: str | None = None) -> None:
@@ -237,7 +237,7 @@ def worker_setup(config: dict[str, Any]) -> None:
     from transformers import set_seed
 
     configure_torch_threads(config["threads"])
-    if not config.get("model_dir"):  # in a worker; a fit in the calling process keeps that process's logging
+    if not config.get("in_process_model_dir"):  # in a worker; a fit in the calling process keeps that process's logging
         setup_worker_logging()
     # before the model is built: a cross-encoder's new classification head is initialized from the global RNG,
     # which the trainer seeds only after that
@@ -302,7 +302,7 @@ def fit_on_ray(
             "threads": max(1, int(resources.cpus_per_worker)),
             "checkpoint_every": resources.checkpoint_every,
             "bf16": resources.bf16,
-            "model_dir": str(model_dir.resolve()) if in_process else None,
+            "in_process_model_dir": str(model_dir.resolve()) if in_process else None,
         },
         scaling_config=ScalingConfig(
             num_workers=resources.num_workers,
