@@ -12,6 +12,7 @@ import ipaddress
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -467,6 +468,16 @@ def test_a_reject_summary_shows_the_commonest_reasons_and_a_count(tmp_path: Path
     assert "(empty sentence: 5, non-numeric score 'bad value number 0': 1, non-numeric score 'bad value number 1': 1 and 198 " \
            "more reasons (198 rows))" in message
     assert len(message) < 400
+
+
+def test_no_stray_color_reset_after_the_last_line() -> None:
+    """Before: `make run` on a terminal ended with ESC[0m after the report (colorama's exit handler, which Ray's CLI
+    logger registers when it is imported). `script` gives the command a terminal."""
+    code = "import ray.autoscaler._private.cli_logger\nfrom augsbert_ray.cli import main\nraise SystemExit(main(['status', '--help']))"
+    done = subprocess.run(["script", "-q", "-e", "-c", f"{sys.executable} -c {shlex.quote(code)}", "/dev/null"], cwd=REPO,
+                          env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert "usage: augsbert status" in done.stdout and "\x1b[0m" not in done.stdout
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ failure is reported.
 
 from __future__ import annotations
 
+import atexit
 import sys
 
 import augsbert_ray as ar
@@ -20,17 +21,28 @@ __all__ = ["build_parser", "causes", "job_spec", "main", "ray_failure"]
 
 def main(argv: list[str] | None = None) -> int:
     """Run `augsbert` with ``argv`` (default: the command line); returns the exit status."""
-    args = build_parser().parse_args(argv)
-    ar.setup_logging(args.verbose)
     try:
-        with stop_on_interrupt(args.command):
-            return args.handler(args)
-    except KeyboardInterrupt as exc:  # Ctrl-C: what was finished, and how to go on
-        return report_interrupt(args.command, exc)
-    except Exception as exc:
-        reported = failure(exc, args.verbose)
-        if reported is None:
-            raise
-        message, status = reported
-        print(f"augsbert {args.command}: error: {message}", file=sys.stderr)
-        return status
+        args = build_parser().parse_args(argv)
+        ar.setup_logging(args.verbose)
+        try:
+            with stop_on_interrupt(args.command):
+                return args.handler(args)
+        except KeyboardInterrupt as exc:  # Ctrl-C: what was finished, and how to go on
+            return report_interrupt(args.command, exc)
+        except Exception as exc:
+            reported = failure(exc, args.verbose)
+            if reported is None:
+                raise
+            message, status = reported
+            print(f"augsbert {args.command}: error: {message}", file=sys.stderr)
+            return status
+    finally:
+        _no_color_reset_at_exit()
+
+
+def _no_color_reset_at_exit() -> None:
+    """Ray's CLI logger calls colorama.init() when imported, whose exit handler wrote ESC[0m to a terminal after the
+    command's last line."""
+    initialise = getattr(sys.modules.get("colorama"), "initialise", None)
+    if initialise is not None:
+        atexit.unregister(initialise.reset_all)
