@@ -105,9 +105,9 @@ def targets(result: dict[str, Any], task: str) -> list[tuple[str, float, float, 
     return [(what, figure, bar, figure >= bar) for what, figure, bar in checks]
 
 
-def page(results: dict[str, Any], command: str) -> str:
+def page(results: dict[str, Any], source: str, command: str) -> str:
     lines = ["# Retrieval study: ArguAna, MiniLM student taught by a re-ranker teacher", "",
-             "Written by `bench/retrieval_study.py` from `bench/results/retrieval_study.json`; the command:", "",
+             f"Written by `bench/retrieval_study.py` from `{source}`; the command:", "",
              f"    {command}", "", f"Settings beyond the jobs' own: {results['overrides'] or 'none'}.", ""]
     for key, result in sorted(results["cells"].items()):
         task = key.split("/")[0]
@@ -149,13 +149,13 @@ def main() -> None:
          *(f"--set {override}" for override in args.overrides)])
     for task in args.tasks:
         for gold in args.gold:
-            cells, seeds = [], []
+            cells = []
             for seed in args.seeds:
                 cells.append(run_cell(cell_spec(task, gold, seed, args.work, args.overrides)))
-                seeds.append(seed)
-                results["cells"][f"{task}/gold-{gold}"] = summary(cells, seeds)
+                results["cells"][f"{task}/gold-{gold}"] = summary(cells, args.seeds[:len(cells)])
                 args.results.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-                args.page.write_text(page(results, command) + "\n", encoding="utf-8")
+                source = args.results.relative_to(ROOT) if args.results.is_relative_to(ROOT) else args.results
+                args.page.write_text(page(results, str(source), command) + "\n", encoding="utf-8")
                 print(f"{task} gold {gold} seed {seed}: test nDCG@10 " + ", ".join(
                     f"{row} {values['ndcg@10']:.2f}" for row, values in cells[-1]["test"].items()), flush=True)
 

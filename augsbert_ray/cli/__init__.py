@@ -22,22 +22,26 @@ __all__ = ["build_parser", "causes", "job_spec", "main", "ray_failure"]
 def main(argv: list[str] | None = None) -> int:
     """Run `augsbert` with ``argv`` (default: the command line); returns the exit status."""
     try:
-        args = build_parser().parse_args(argv)
-        ar.setup_logging(args.verbose)
-        try:
-            with stop_on_interrupt(args.command):
-                return args.handler(args)
-        except KeyboardInterrupt as exc:  # Ctrl-C: what was finished, and how to go on
-            return report_interrupt(args.command, exc)
-        except Exception as exc:
-            reported = failure(exc, args.verbose)
-            if reported is None:
-                raise
-            message, status = reported
-            print(f"augsbert {args.command}: error: {message}", file=sys.stderr)
-            return status
+        return _command(argv)
     finally:
         _no_color_reset_at_exit()
+
+
+def _command(argv: list[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    ar.setup_logging(args.verbose)
+    try:
+        with stop_on_interrupt(args.command):
+            return args.handler(args)
+    except KeyboardInterrupt as exc:  # Ctrl-C: what was finished, and how to go on
+        return report_interrupt(args.command, exc)
+    except Exception as exc:
+        reported = failure(exc, args.verbose)
+        if reported is None:
+            raise
+        message, status = reported
+        print(f"augsbert {args.command}: error: {message}", file=sys.stderr)
+        return status
 
 
 def _no_color_reset_at_exit() -> None:

@@ -318,18 +318,15 @@ def fit_on_ray(
             checkpoint_config=CheckpointConfig(num_to_keep=1),
         ),
     )
-    if in_process:
-        log.info("training %s in this process (Ray Train's local mode)", name)
-    else:
-        log.info("training %s on %d Ray Train worker(s)", name, resources.num_workers)
+    log.info("training %s %s", name,
+             "in this process (Ray Train's local mode)" if in_process else f"on {resources.num_workers} Ray Train worker(s)")
     with sigint_kept(trainer):
         result = trainer.fit()
-    if in_process:
-        return dict(result.metrics or {})
-    if result.checkpoint is None:
-        raise RuntimeError(f"training {name} finished without a checkpoint")
-    if model_dir.exists():
-        shutil.rmtree(model_dir)
-    result.checkpoint.to_directory(str(model_dir))
-    (model_dir / FIT_METRICS).unlink(missing_ok=True)  # the checkpoint's own; the model directory holds the model
+    if not in_process:  # the model is in the final checkpoint
+        if result.checkpoint is None:
+            raise RuntimeError(f"training {name} finished without a checkpoint")
+        if model_dir.exists():
+            shutil.rmtree(model_dir)
+        result.checkpoint.to_directory(str(model_dir))
+        (model_dir / FIT_METRICS).unlink(missing_ok=True)  # the checkpoint's own; the model directory holds the model
     return dict(result.metrics or {})
