@@ -25,7 +25,7 @@ from augsbert_ray.labeling.dataset import load_teacher
 from augsbert_ray.labeling.engine import label_dataset, labels_in_process
 from augsbert_ray.labeling.job import LabelJob, LabelResult
 from augsbert_ray.scoring import Teacher
-from augsbert_ray.runtime import chatter_to, check_cpu_bf16, init_ray, ray_muted_on_error
+from augsbert_ray.runtime import chatter_to, check_cpu_bf16, init_ray, ray_output_kept_off_console
 from augsbert_ray.sampling import SentencePool, available_pairs, candidate_table
 from augsbert_ray.sampling.neighbours import check_top_k
 
@@ -59,8 +59,8 @@ def label_files(
         text_columns: The inputs' two sentence columns, as a pair or as ``"first,second"``.
         format: ``parquet``, ``csv`` or ``jsonl``; default: from the file suffix.
         address: A Ray cluster to join ('auto' or an address); default: an embedded local Ray.
-        verbose: Leave Ray's and the libraries' output on the console; False: it goes to ``output/_label.log``, and
-            the console keeps the augsbert log lines.
+        verbose: Leave Ray's and the libraries' output on the console; False: it goes to ``output/_label.log``, the
+            console keeps the augsbert log lines, and what Ray forwards from its workers after the call is dropped.
         settings: LabelingSpec fields, when ``spec`` is not given (e.g. ``batch_size=128``).
 
     Returns:
@@ -108,7 +108,8 @@ def label_sentences(
         top_k: BM25 neighbours per sentence, or random pairs per sentence.
         seed: Seeds the random pairs.
         address: A Ray cluster to join ('auto' or an address); default: an embedded local Ray.
-        verbose: Leave Ray's and the libraries' output on the console; False: it goes to ``output/_label.log``.
+        verbose: Leave Ray's and the libraries' output on the console; False: it goes to ``output/_label.log``, and
+            what Ray forwards from its workers after the call is dropped.
         settings: LabelingSpec fields, when ``spec`` is not given.
 
     Returns:
@@ -154,7 +155,7 @@ def _chatter(output: Path, verbose: bool) -> Iterator[None]:
     os.close(handle)
     temporary = Path(name)
     try:
-        with chatter_to(temporary, shown_as=output / LABEL_LOG), ray_muted_on_error():
+        with chatter_to(temporary, shown_as=output / LABEL_LOG), ray_output_kept_off_console():
             yield
     finally:
         if output.is_dir():

@@ -16,7 +16,7 @@ from augsbert_ray.pipeline.resume import resume_spec
 from augsbert_ray.pipeline.scenarios import check_tunable, scenario_steps
 from augsbert_ray.pipeline.start import new_run_dir, start_run
 from augsbert_ray.pipeline.steps import Interrupted, run_steps
-from augsbert_ray.runtime import RUN_LOG, chatter_to, ray_muted_on_error
+from augsbert_ray.runtime import RUN_LOG, chatter_to, ray_output_kept_off_console
 
 
 def run(
@@ -32,7 +32,8 @@ def run(
             already written. Its spec.yaml is the spec, unless ``spec`` is given.
         force_resume: Continue ``resume`` though its spec, data or models changed since it started; only the fits
             the changes do not touch are reused.
-        verbose: Leave Ray's and the libraries' output on the console; else it goes to the run's run.log.
+        verbose: Leave Ray's and the libraries' output on the console; else it goes to the run's run.log, and what
+            Ray forwards from its workers after the call is dropped.
 
     Returns:
         The run's ``RunResult``: each model's dev and test score, its fits, counts, timings and the run directory
@@ -61,7 +62,8 @@ def tune(
         resume: An unfinished tuning run to continue: finished fits and searches are reused, an unfinished search
             starts over.
         force_resume: Continue ``resume`` though its inputs changed.
-        verbose: Leave Ray's and the libraries' output on the console; else it goes to the run's run.log.
+        verbose: Leave Ray's and the libraries' output on the console; else it goes to the run's run.log, and what
+            Ray forwards from its workers after the call is dropped.
 
     Returns:
         The run's ``RunResult`` (``tuned``): the chosen models' scores and each search in ``fits[name].tuning``.
@@ -91,7 +93,7 @@ def _run_scenario(
     ctx: RunContext | None = None
     try:
         with contextlib.nullcontext() if verbose else chatter_to(run_dir / RUN_LOG), \
-                contextlib.nullcontext() if verbose else ray_muted_on_error():
+                contextlib.nullcontext() if verbose else ray_output_kept_off_console():
             ctx = start_run(spec, resume_dir, data_dir, force_resume, None if resume_dir else run_dir)
             return run_steps(ctx, scenario_steps(spec, tuning))["result"]
     except BaseException as exc:

@@ -153,21 +153,26 @@ def resources_line(resources: dict[str, float], address: str | None) -> str:
 
 
 @contextmanager
-def ray_muted_on_error() -> Iterator[None]:
-    """When the block raises (Ctrl-C included), Ray's late output goes to the current stdout and stderr (the log,
-    inside chatter_to) and then nowhere: a failed worker's traceback still on its way, and the lines Ray
-    deduplicated and prints when it shuts down at exit, came on the console after the command's one error line.
+def ray_output_kept_off_console() -> Iterator[None]:
+    """Inside chatter_to: when the block ends, Ray's late output goes to the current stdout and stderr (the log) and
+    then nowhere. A failed worker's traceback still on its way, the lines Ray deduplicated and prints when it shuts
+    down at exit, and a GCS error forwarded after the last actor was killed ("Failed to kill actor ...") came on the
+    console after the command's last line. A later call in this process takes Ray's output again.
     (Shutting Ray down here instead ended the process with status 1 where a Ray Data thread still ran.)"""
-    unmute_ray_output()  # a later call in this process (bench.reproduce's next run) logs Ray's output again
+    unmute_ray_output()
+    failed: BaseException | None = None
     try:
         yield
     except BaseException as exc:
+        failed = exc
+        raise
+    finally:
         if ray.is_initialized():
-            if not isinstance(exc, KeyboardInterrupt):
+            if failed is not None and not isinstance(failed, KeyboardInterrupt):
                 time.sleep(LATE_OUTPUT_S)  # a worker's traceback reaches the driver a moment after its error
             mute_ray_output()
-            wait_for_ray_data()
-        raise
+            if failed is not None:
+                wait_for_ray_data()
 
 
 def wait_for_ray_data(timeout_s: float = 20.0) -> None:
