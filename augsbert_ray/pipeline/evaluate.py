@@ -14,9 +14,9 @@ from augsbert_ray.pipeline.teacher import CheckedTeacher, score_with
 
 
 def evaluate_models(ctx: RunContext, checked: CheckedTeacher, bi_encoders: list[str], eval_set: GoldData) -> dict[str, Evaluation]:
-    """Every model on the dev and test split, each scoring a Ray task (or in this process, scores_in_process): the teacher's models (and an ensemble
-    teacher itself; on dev, the gate's scores), the bi-encoders in models/, the untrained zero-shot bi-encoder and
-    the Jaccard baseline (and for classification the majority-class one)."""
+    """Every model on the dev and test split, each scoring a Ray task (or in this process, scores_in_process): the
+    teacher's models (and an ensemble teacher itself; on dev, the gate's scores), the bi-encoders in models/, the
+    untrained zero-shot bi-encoder and the Jaccard baseline (and for classification the majority-class one)."""
     spec, task, teacher = ctx.spec, ctx.spec.evaluation_task, checked.teacher
     assert checked.dev is eval_set.dev, "the teacher gate scored another dev split"
     test_refs = {f"{Path(m.model).name} (test)": score_with(spec, m.kind, m.model, eval_set.test) for m in teacher.members}
