@@ -1,5 +1,4 @@
-"""A fit shows one readable progress line (steps done / total, rate, ETA, loss) instead of raw log dicts; a scoring
-step names each model as it is done, whether a Ray task or this process scored it."""
+"""A fit shows one readable progress line (steps done / total, rate, ETA, loss) instead of raw log dicts."""
 
 from __future__ import annotations
 
@@ -179,31 +178,3 @@ def check_a_fit_on_ray_prints_each_progress_line_once(result: subprocess.Complet
     log = (work / "run.log").read_text()
     assert "Started a local Ray instance" in log and "fit sbert: step 8/8 (100%)" in log
     assert (work / "model" / "model.safetensors").is_file()  # given relative paths, from the fit's directory
-
-
-def test_scoring_here_gives_what_a_ray_task_gives_and_gather_names_each_in_order(ray_session, caplog: pytest.LogCaptureFixture) -> None:
-    """On an embedded Ray without GPUs a run's scoring steps run in the driver (a task's new worker would first import
-    torch and sentence-transformers); on a cluster, or with GPUs, they stay Ray tasks. Both give the same scores,
-    and gather logs each model as it is done and returns them in the order asked."""
-    import numpy as np
-
-    from augsbert_ray.config import EvaluationSpec
-    from augsbert_ray.evaluation import gather, score_pairs_on_ray, scores_in_process
-    from augsbert_ray.runtime import log, result
-
-    assert scores_in_process(EvaluationSpec(), None)
-    assert not scores_in_process(EvaluationSpec(), "10.0.0.1:6379") and not scores_in_process(EvaluationSpec(gpus=1), None)
-    pairs = pa.table({"sentence1": ["a cat sat", "a dog ran"], "sentence2": ["a cat ran", "the dog ran far"], "label": [1.0, 0.0]})
-    here = score_pairs_on_ray("jaccard", None, pairs, 1, 0, here=True)
-    on_ray = score_pairs_on_ray("jaccard", None, pairs, 1, 0)
-    assert callable(here) and not callable(on_ray)
-    np.testing.assert_array_equal(result(here), result(on_ray))
-    log.propagate, propagated = True, log.propagate
-    try:
-        with caplog.at_level("INFO", logger="augsbert"):
-            gathered = gather({"on ray": score_pairs_on_ray("jaccard", None, pairs, 1, 0), "here": here}, "evaluate")
-    finally:
-        log.propagate = propagated
-    assert list(gathered) == ["on ray", "here"]
-    assert [re.sub(r", \d+s\)$", ")", record.getMessage()) for record in caplog.records] == [
-        "evaluate: here done (1/2)", "evaluate: on ray done (2/2)"]

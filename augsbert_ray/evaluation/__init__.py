@@ -11,9 +11,9 @@ import numpy as np
 import pyarrow as pa
 import ray
 
-from augsbert_ray.config import EvaluationSpec, TaskType
+from augsbert_ray.config import TaskType
 from augsbert_ray.evaluation.metrics import UnusableScores, auc_at_fpr, best_threshold, check_scores, dev_metric, f1_at, spearman_x100
-from augsbert_ray.runtime import Pending, configure_torch_threads, log, submit, task_threads
+from augsbert_ray.runtime import configure_torch_threads, log
 from augsbert_ray.scoring import ScorerKind, jaccard_scores, scorer_for
 
 
@@ -69,8 +69,8 @@ def score_pairs(
     return scorer_for(kind, model, threads, gpu).score(sentences1, sentences2)
 
 
-def score_pairs_on_ray(kind: ScorerKind, model: str | None, table: pa.Table, cpus: float, gpus: float, here: bool = False) -> Pending:
-    """``score_pairs`` over a table's pairs, as a Ray task (``here``: a call for this process, scores_in_process).
+def score_pairs_on_ray(kind: ScorerKind, model: str | None, table: pa.Table, cpus: float, gpus: float) -> "ray.ObjectRef[np.ndarray]":
+    """``score_pairs`` over a table's pairs, as a Ray task.
 
     Args:
         kind: ``bi_encoder``, ``cross_encoder``, ``teacher`` or ``jaccard``.
@@ -78,10 +78,9 @@ def score_pairs_on_ray(kind: ScorerKind, model: str | None, table: pa.Table, cpu
         table: The pairs (sentence1, sentence2, label).
         cpus: CPUs the task reserves; its torch threads are their whole number (at least 1).
         gpus: GPUs the task reserves (0: none).
-        here: Score in this process instead, on all the embedded Ray's CPUs.
 
     Returns:
-        A reference to the scores, one per row; ``runtime.result`` (or ``ray.get``, unless ``here``) gives them.
+        A reference to the scores, one per row; ``ray.get`` it.
 
     Example:
         ::
@@ -89,47 +88,34 @@ def score_pairs_on_ray(kind: ScorerKind, model: str | None, table: pa.Table, cpu
             scores = ray.get(score_pairs_on_ray("cross_encoder", "runs/<run>/models/cross_encoder", gold.dev, 1, 0))
     """
     sentences1, sentences2, _ = _columns(table)
-    return submit(score_pairs, cpus, gpus, here, kind, model, sentences1, sentences2, task_threads(cpus, here), gpus > 0)
+    remote = ray.remote(num_cpus=cpus, num_gpus=gpus)(score_pairs)
+    return remote.remote(kind, model, sentences1, sentences2, max(1, int(cpus)), gpus > 0)
 
 
-def scores_in_process(evaluation: EvaluationSpec, address: str | None) -> bool:
-    """Whether a run's scoring steps (the teacher gate, the evaluation) run in the calling process: on an embedded
-    Ray (no cluster ``address``) without GPUs, where a Ray task would first import torch and sentence-transformers
-    in a new worker (runtime.tasks)."""
-    return address is None and evaluation.gpus == 0
-
-
-def gather(refs: dict[str, Pending], what: str) -> dict[str, Any]:
+def gather(refs: dict[str, ray.ObjectRef], what: str) -> dict[str, Any]:
     """``ray.get`` of named references, with a log line as each one comes in: the evaluation and the teacher gate
     ran for minutes without a word.
 
     Args:
-        refs: A name for each reference (or call to make here), e.g. ``{"sbert": evaluate_on_ray(...)}``.
+        refs: A name for each reference, e.g. ``{"sbert": evaluate_on_ray(...)}``.
         what: The step, at the start of each line, e.g. ``"evaluate"``.
 
     Returns:
-        Each name's value, in the order of ``refs``.
+        Each name's value.
 
     Example:
         ::
 
             evaluations = gather({"sbert": evaluate_on_ray("bi_encoder", model, task, dev, test, 1, 0)}, "evaluate")
     """
-    started, done = time.perf_counter(), {}
-
-    def finished(name: str, value: Any) -> None:
-        done[name] = value
-        log.info("%s: %s done (%d/%d, %.0fs)", what, name, len(done), len(refs), time.perf_counter() - started)
-
-    for name, pending in refs.items():
-        if callable(pending):  # work for this process (runtime.submit)
-            finished(name, pending())
-    waiting = {ref: name for name, ref in refs.items() if not callable(ref)}
+    started, waiting, done = time.perf_counter(), {ref: name for name, ref in refs.items()}, {}
     while waiting:
         ready, _ = ray.wait(list(waiting), num_returns=1)
         for ref in ready:
-            finished(waiting.pop(ref), ray.get(ref))
-    return {name: done[name] for name in refs}
+            name = waiting.pop(ref)
+            done[name] = ray.get(ref)
+            log.info("%s: %s done (%d/%d, %.0fs)", what, name, len(done), len(refs), time.perf_counter() - started)
+    return done
 
 
 def metrics_from_scores(
@@ -215,11 +201,9 @@ def evaluate(
 
 
 def evaluate_on_ray(
-    kind: ScorerKind, model: str | None, task: TaskType, dev: pa.Table, test: pa.Table, cpus: float, gpus: float,
-    here: bool = False,
-) -> Pending:
-    """The same as ``evaluate``, as a Ray task, so that on a cluster it runs on a worker, not the head (``here``: a
-    call for this process, scores_in_process).
+    kind: ScorerKind, model: str | None, task: TaskType, dev: pa.Table, test: pa.Table, cpus: float, gpus: float
+) -> "ray.ObjectRef[Evaluation]":
+    """The same as ``evaluate``, as a Ray task, so that on a cluster it runs on a worker, not the head.
 
     Args:
         kind: ``bi_encoder``, ``cross_encoder``, ``teacher`` or ``jaccard``.
@@ -229,7 +213,6 @@ def evaluate_on_ray(
         test: The test pairs.
         cpus: CPUs the task reserves; its torch threads are their whole number (at least 1).
         gpus: GPUs the task reserves (0: none).
-        here: Score in this process instead, on all the embedded Ray's CPUs.
 
     Example:
         ::
@@ -237,7 +220,8 @@ def evaluate_on_ray(
             ref = evaluate_on_ray("bi_encoder", "runs/<run>/models/sbert", "regression", gold.dev, gold.test, 1, 0)
             ray.get(ref).test
     """
-    return submit(evaluate, cpus, gpus, here, kind, model, task, dev, test, task_threads(cpus, here), gpus > 0)
+    remote = ray.remote(num_cpus=cpus, num_gpus=gpus)(evaluate)
+    return remote.remote(kind, model, task, dev, test, max(1, int(cpus)), gpus > 0)
 
 
 __all__ = [
@@ -256,6 +240,5 @@ __all__ = [
     "metrics_from_scores",
     "score_pairs",
     "score_pairs_on_ray",
-    "scores_in_process",
     "spearman_x100",
 ]

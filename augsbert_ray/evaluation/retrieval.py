@@ -5,8 +5,7 @@ Rows: ``bm25`` (bm25s), each bi-encoder by faiss inner product of unit embedding
 ``augsbert_<loss>``), the teacher re-ranking BM25's top ``rerank_depth`` (``teacher_rerank``, through the cross-encoder
 ``PairScorer``), KNRM re-ranking the same (``knrm``), and two fusions of BM25, the teacher, the student (and KNRM):
 ``aggregation`` (a linear fit on dev over min-max normalized scores, the thesis's) and ``rrf``. Each model ranks in a
-Ray task of its own (``cpus``/``gpus`` each), so that they run side by side, on a cluster's workers too; or, ``here``,
-one after another in the calling process (runtime.tasks).
+Ray task of its own (``cpus``/``gpus`` each), so that they run side by side, on a cluster's workers too.
 """
 
 from __future__ import annotations
@@ -15,9 +14,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import ray
+
 from augsbert_ray.data.retrieval import RetrievalCorpus, RetrievalSet
 from augsbert_ray.evaluation.retrieval_metrics import evaluate_run, fit_linear_aggregation, reciprocal_rank_fusion
-from augsbert_ray.runtime import configure_torch_threads, log, result, submit, task_threads
+from augsbert_ray.runtime import configure_torch_threads, log
 from augsbert_ray.sampling.queries import bm25_search, dense_search, embed_texts, hits_by_query
 
 Run = dict[str, dict[str, float]]
@@ -122,7 +123,7 @@ class RetrievalEvaluation:
 
 def evaluate_retrieval(
     dev: RetrievalSet, test: RetrievalSet, models: RankerModels, depth: int = 100, rerank_depth: int = 100,
-    cpus: float = 1, gpus: float = 0, aggregation: Literal["regression", "grid"] = "regression", here: bool = False,
+    cpus: float = 1, gpus: float = 0, aggregation: Literal["regression", "grid"] = "regression",
 ) -> RetrievalEvaluation:
     """Rank the dev and test corpora with every ranker and score the runs (see the module's doc).
 
@@ -135,7 +136,6 @@ def evaluate_retrieval(
         cpus: CPUs of each model's Ray task (its torch threads).
         gpus: GPUs of each model's Ray task.
         aggregation: ``regression`` (least squares, the thesis) or ``grid`` (weights best for dev nDCG@10).
-        here: Rank in this process instead, on all the embedded Ray's CPUs.
 
     Returns:
         The metrics of each row on dev and test, and the aggregation's weights.
@@ -147,18 +147,19 @@ def evaluate_retrieval(
                                   "runs/r/models/reranker")
             evaluate_retrieval(data.dev, data.test, models).main("test")["bm25"]
     """
-    sets, threads, gpu = [dev, test], task_threads(cpus, here), gpus > 0
+    sets, threads, gpu = [dev, test], max(1, int(cpus)), gpus > 0
+    dense = ray.remote(num_cpus=cpus, num_gpus=gpus)(dense_runs)
+    rerank = ray.remote(num_cpus=cpus, num_gpus=gpus)(rerank_runs)
     # every model's task is started before BM25 runs here: they overlap
-    dense_refs = {row: submit(dense_runs, cpus, gpus, here, model, sets, depth, threads, gpu, models.max_seq_length)
-                  for row, model in models.dense.items()}
+    dense_refs = {row: dense.remote(model, sets, depth, threads, gpu, models.max_seq_length) for row, model in models.dense.items()}
     bm25 = [bm25_run(rset, depth, threads) for rset in sets]
-    rerank_refs = {"teacher_rerank": submit(rerank_runs, cpus, gpus, here, "cross_encoder", models.teacher, sets, bm25, rerank_depth,
-                                            threads, gpu, models.onnx_cache)}
+    rerank_refs = {"teacher_rerank": rerank.remote("cross_encoder", models.teacher, sets, bm25, rerank_depth, threads, gpu,
+                                                    models.onnx_cache)}
     if models.knrm is not None:
-        rerank_refs["knrm"] = submit(rerank_runs, cpus, gpus, here, "knrm", models.knrm, sets, bm25, rerank_depth, threads, gpu)
+        rerank_refs["knrm"] = rerank.remote("knrm", models.knrm, sets, bm25, rerank_depth, threads, gpu)
     runs: dict[str, list[Run]] = {"bm25": bm25}
     for row, ref in {**dense_refs, **rerank_refs}.items():
-        runs[row] = result(ref)
+        runs[row] = ray.get(ref)
         log.info("evaluation: %s ranked dev and test", row)
     fused = ["bm25", "teacher_rerank", models.student, *(["knrm"] if models.knrm is not None else [])]
     fit = fit_linear_aggregation({row: runs[row][0] for row in fused}, dev.qrels, dev.excluded, method=aggregation)

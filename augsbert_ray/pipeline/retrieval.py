@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import ray
 
 from augsbert_ray.config import JobSpec
-from augsbert_ray.evaluation import scores_in_process
 from augsbert_ray.evaluation.retrieval import RankerModels, RetrievalEvaluation, document_texts, evaluate_retrieval, most_excluded
 from augsbert_ray.files import atomic_path, atomic_write_text
 from augsbert_ray.labeling import LabelJob, Teacher, TeacherMember, label_dataset, labels_in_process
@@ -27,7 +27,7 @@ from augsbert_ray.models import resolve_model
 from augsbert_ray.pipeline.context import FitRecord, Fitted, RunContext
 from augsbert_ray.pipeline.retrieval_data import RetrievalData
 from augsbert_ray.pipeline.teacher import copy_trained_model
-from augsbert_ray.runtime import configure_torch_threads, log, result, submit, task_threads
+from augsbert_ray.runtime import configure_torch_threads, log
 from augsbert_ray.sampling.queries import bm25_search, dense_search, embed_texts, hits_by_query
 from augsbert_ray.training.distillation import distillation_rows, fit_distilled_student, fit_gold_baseline
 from augsbert_ray.training.knrm import fit_knrm
@@ -178,14 +178,14 @@ def find_candidates(ctx: RunContext, rdata: RetrievalData) -> pa.Table:
     sources = rspec.candidates.split("+")
     runs: dict[str, dict[str, dict[str, float]]] = {}
     if "dense" in sources:
-        cpus, gpus, here = spec.evaluation.cpus, spec.evaluation.gpus, scores_in_process(spec.evaluation, spec.ray.address)
-        ref = submit(dense_candidates, cpus, gpus, here, resolve_model(spec.evaluation.zero_shot_model), texts, list(unlabeled.queries.texts),
-                     depth, task_threads(cpus, here), gpus > 0, spec.bi_encoder.max_seq_length)
+        search = ray.remote(num_cpus=spec.evaluation.cpus, num_gpus=spec.evaluation.gpus)(dense_candidates)
+        ref = search.remote(resolve_model(spec.evaluation.zero_shot_model), texts, list(unlabeled.queries.texts), depth,
+                            max(1, int(spec.evaluation.cpus)), spec.evaluation.gpus > 0, spec.bi_encoder.max_seq_length)
     if "bm25" in sources:
         rows, scores = bm25_search(texts, unlabeled.queries.texts, depth, max(1, int(spec.sampling.search_cpus)))
         runs["bm25"] = hits_by_query(rows, scores, unlabeled.queries.ids, unlabeled.corpus.ids, unlabeled.excluded, k, positive_only=True)
     if "dense" in sources:
-        rows, scores = result(ref)
+        rows, scores = ray.get(ref)
         runs["dense"] = hits_by_query(rows, scores, unlabeled.queries.ids, unlabeled.corpus.ids, unlabeled.excluded, k)
     doc_text = dict(zip(unlabeled.corpus.ids, texts))
     columns: dict[str, list[Any]] = {name: [] for name in ("query_id", "query", "doc_id", "doc", "source", "retrieval_score")}
@@ -302,7 +302,7 @@ def evaluate_rankers(
     models = RankerModels(dense, student.name, str(teacher_fits[0].model_dir), str(knrm.model_dir) if knrm else None,
                           str(ctx.layout.onnx_cache), spec.bi_encoder.max_seq_length)
     return evaluate_retrieval(rdata.dev, rdata.test, models, rspec.depth, rspec.rerank_depth, spec.evaluation.cpus,
-                              spec.evaluation.gpus, rspec.aggregation, scores_in_process(spec.evaluation, spec.ray.address))
+                              spec.evaluation.gpus, rspec.aggregation)
 
 
 def fits_summary(fits: list[FitRecord | None]) -> dict[str, int | None]:

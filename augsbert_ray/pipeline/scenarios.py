@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import ray
 
 from augsbert_ray.config import JobSpec, SpecError
-from augsbert_ray.evaluation import Evaluation, evaluate_on_ray, gather, scores_in_process
+from augsbert_ray.evaluation import Evaluation, evaluate_on_ray
 from augsbert_ray.labeling import Teacher
 from augsbert_ray.layout import bi_encoder_name
 from augsbert_ray.pipeline.context import FitRecord, RunContext
@@ -251,10 +252,9 @@ def report_tuning(
     spec = ctx.spec
     fits = [*(teacher_fits or []), *([sbert] if sbert else []), *(augsbert or [])]
     searched = [fit.name for fit in fits if fit.tuning is not None]
-    here = scores_in_process(spec.evaluation, spec.ray.address)
     refs = {name: evaluate_on_ray("bi_encoder", str(ctx.layout.model(name)), spec.task, gold.splits.dev, gold.splits.test,
-                                  spec.evaluation.cpus, spec.evaluation.gpus, here) for name in searched}
-    evaluations = gather(refs, "evaluate")
+                                  spec.evaluation.cpus, spec.evaluation.gpus) for name in searched}
+    evaluations = dict(zip(refs, ray.get(list(refs.values()))))
     made = silver or Silver({})
     counts = {**gold.counts, "trained_on": {fit.name: fit.trained_on for fit in fits}, **(made.counts() if made.sets else {}),
               **({"tuning_silver": tuning} if (tuning := tuning_silver_counts(silver_by_k or {}, made)) else {})}

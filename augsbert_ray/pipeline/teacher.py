@@ -12,17 +12,17 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import ray
 
 from augsbert_ray.config import BiEncoderSpec, JobSpec, SpecError
 from augsbert_ray.data import GoldData
-from augsbert_ray.evaluation import check_scores, dev_metric, gather, score_pairs_on_ray, scores_in_process
+from augsbert_ray.evaluation import check_scores, dev_metric, gather, score_pairs_on_ray
 from augsbert_ray.labeling import Teacher, TeacherMember
 from augsbert_ray.layout import PROGRESS_FILE
 from augsbert_ray.models import resolve_model
 from augsbert_ray.pipeline.context import FitRecord, Fitted, RunContext
 from augsbert_ray.pipeline.gold import Gold
-from augsbert_ray.runtime import Pending, log, result
-from augsbert_ray.scoring import ScorerKind
+from augsbert_ray.runtime import log
 from augsbert_ray.training import fit_bi_encoder, fit_cross_encoder
 
 
@@ -105,17 +105,10 @@ class CheckedTeacher:
     dev_scores: list[np.ndarray]
 
 
-def score_with(spec: JobSpec, kind: ScorerKind, model: str, table: pa.Table) -> Pending:
-    """A model's scores of a table's pairs: a Ray task with the run's evaluation resources, or a call for this
-    process (scores_in_process)."""
-    here = scores_in_process(spec.evaluation, spec.ray.address)
-    return score_pairs_on_ray(kind, model, table, spec.evaluation.cpus, spec.evaluation.gpus, here)
-
-
 def score_members(spec: JobSpec, teacher: Teacher, table: pa.Table) -> list[np.ndarray]:
-    """Each teacher model's raw scores of a table's pairs (score_with)."""
-    refs = [score_with(spec, m.kind, m.model, table) for m in teacher.members]
-    return [np.asarray(result(ref)) for ref in refs]
+    """Each teacher model's raw scores of a table's pairs, one Ray task per model."""
+    refs = [score_pairs_on_ray(m.kind, m.model, table, spec.evaluation.cpus, spec.evaluation.gpus) for m in teacher.members]
+    return [np.asarray(scores) for scores in ray.get(refs)]
 
 
 def calibrate_teacher(
@@ -137,8 +130,8 @@ def check_teacher(ctx: RunContext, teacher: Teacher, calibration: GoldData, stud
     labeling.require_better_teacher stops the run: its silver labels would teach the student nothing it lacks."""
     spec = ctx.spec
     dev_labels = dev.column("label").to_numpy().astype(np.float64)
-    refs = {Path(m.model).name: score_with(spec, m.kind, m.model, dev) for m in teacher.members}
-    student_ref = score_with(spec, "bi_encoder", str(student_dir), dev)
+    refs = {Path(m.model).name: score_pairs_on_ray(m.kind, m.model, dev, spec.evaluation.cpus, spec.evaluation.gpus) for m in teacher.members}
+    student_ref = score_pairs_on_ray("bi_encoder", str(student_dir), dev, spec.evaluation.cpus, spec.evaluation.gpus)
     gathered = gather({**refs, f"{student_dir.name} (student)": student_ref}, "teacher gate: dev scores")
     dev_scores = [np.asarray(gathered[name]) for name in refs]
     student_scores = np.asarray(gathered[f"{student_dir.name} (student)"])
