@@ -160,19 +160,17 @@ def ray_output_kept_off_console() -> Iterator[None]:
     console after the command's last line. A later call in this process takes Ray's output again.
     (Shutting Ray down here instead ended the process with status 1 where a Ray Data thread still ran.)"""
     unmute_ray_output()
-    failed: BaseException | None = None
     try:
         yield
     except BaseException as exc:
-        failed = exc
-        raise
-    finally:
         if ray.is_initialized():
-            if failed is not None and not isinstance(failed, KeyboardInterrupt):
+            if not isinstance(exc, KeyboardInterrupt):
                 time.sleep(LATE_OUTPUT_S)  # a worker's traceback reaches the driver a moment after its error
             mute_ray_output()
-            if failed is not None:
-                wait_for_ray_data()
+            wait_for_ray_data()
+        raise
+    if ray.is_initialized():
+        mute_ray_output()
 
 
 def wait_for_ray_data(timeout_s: float = 20.0) -> None:
