@@ -20,12 +20,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-import yaml
 
 from augsbert_ray.cli import main
 
@@ -72,9 +72,11 @@ def sigint_as_on_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def interrupt(args: list[str], trigger: str, delay: float = 0.5, signals: int = 1, limit_s: float = 900) -> Stopped:
-    """Run `augsbert ARGS` in a session of its own; at its first output line matching ``trigger``, wait ``delay``
-    seconds and send SIGINT to its process group (``signals`` times, 0.3 s apart)."""
+def interrupt(args: list[str], trigger: str, delay: float = 0.5, signals: int = 1, limit_s: float = 900,
+              ready: Callable[[], bool] | None = None) -> Stopped:
+    """Run `augsbert ARGS` in a session of its own; at its first output line matching ``trigger``, wait until
+    ``ready()`` (if given) and then ``delay`` seconds, and send SIGINT to its process group (``signals`` times, 0.3 s
+    apart)."""
     env = subprocess_env()
     process = subprocess.Popen([sys.executable, "-m", "augsbert_ray.cli", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, start_new_session=True, preexec_fn=sigint_as_on_a_terminal)
@@ -88,6 +90,8 @@ def interrupt(args: list[str], trigger: str, delay: float = 0.5, signals: int = 
         for line in process.stdout:
             (after if sent else before).append(line.rstrip("\n"))
             if sent is None and re.search(trigger, line):
+                while ready is not None and not ready() and process.poll() is None:
+                    time.sleep(0.02)
                 time.sleep(delay)
                 for number in range(signals):
                     os.killpg(process.pid, signal.SIGINT)
@@ -124,33 +128,8 @@ def tiny_run_args(tiny_model: Path, output_dir: Path, data: Path, name: str = "e
     return ["run", JOB, *(item for setting in settings for item in ("--set", setting))]
 
 
-# 1. One Ctrl-C stops a command, with one line; a second forces the exit.
-
-@pytest.fixture(scope="module")
-def stopped_in_labeling(tiny_model: Path, data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Stopped, Path, Path]:
-    """A tiny run stopped by one Ctrl-C while it labels (after the teacher's and SBERT's fits): what it printed,
-    its run directory and its data folder."""
-    root = tmp_path_factory.mktemp("stopped_in_labeling")
-    data = stsb_copy(root / "data", data_dir)
-    stopped = interrupt(tiny_run_args(tiny_model, root / "runs", data), r"labeling \S+: \d+ shards")
-    run_dirs = list((root / "runs").glob("edge-*"))
-    assert len(run_dirs) == 1, stopped.before[-20:] + stopped.after
-    return stopped, run_dirs[0], data
-
-
-@pytest.mark.slow
-def test_one_ctrl_c_stops_a_run_while_it_labels(stopped_in_labeling: tuple[Stopped, Path, Path]) -> None:
-    """Before: after a fit, Ray Train's SIGINT handler stayed installed; Ctrl-C while labeling printed nothing and
-    the run went on to the end (status 0, 162 s later)."""
-    stopped, run_dir, _ = stopped_in_labeling
-    assert stopped.status == STOPPED, stopped.after
-    assert stopped.seconds < 30
-    (line,) = stopped.own_lines_after()
-    assert re.fullmatch(r"augsbert run: interrupted: at stage 5/8 \(sample and label candidates: [0-4] of 5 shard\(s\) labeled in "
-                        rf"{re.escape(str(run_dir))}/silver/bm25\); finished fits: cross_encoder, sbert; resume with: augsbert run "
-                        rf"--resume {re.escape(str(run_dir))}", line), line
-    assert not (run_dir / "metrics.json").exists()
-
+# 1. One Ctrl-C stops a command, with one line; a second forces the exit. (A run stopped while it labels is
+# test_pipeline.py's killed run.)
 
 @pytest.mark.slow
 def test_one_ctrl_c_stops_a_run_during_a_fit(tiny_model: Path, data_dir: Path, tmp_path: Path) -> None:
@@ -166,18 +145,33 @@ def test_one_ctrl_c_stops_a_run_during_a_fit(tiny_model: Path, data_dir: Path, t
 
 
 @pytest.mark.slow
-def test_one_ctrl_c_stops_label_on_an_actor_pool(tiny_cross_encoder: Path, tmp_path: Path) -> None:
+def test_one_ctrl_c_stops_label_on_an_actor_pool_and_a_rerun_labels_the_rest_quietly(tiny_cross_encoder: Path, tmp_path: Path) -> None:
+    """Stopped by one Ctrl-C, `augsbert label` on two actors prints one line; run again, it labels the rest, and the
+    console shows only its result lines. Before: Ray's log lines (its start, Ray Data's executor, the actors'
+    warnings, a GCS error forwarded after the pool's end) came out on the console."""
     pairs = tmp_path / "pairs.csv"
     pairs.write_text("sentence1,sentence2\n" + "".join(f"a man plays {n},a woman sings {n}\n" for n in range(2000)), encoding="utf-8")
     output = tmp_path / "out"
-    stopped = interrupt(["label", "--model", str(tiny_cross_encoder), "--input", str(pairs), "--output", str(output),
-                         "--actors", "2", "--shard-rows", "200"], r"labeling \S+: \d+ shards", delay=2)
+    args = ["label", "--model", str(tiny_cross_encoder), "--input", str(pairs), "--output", str(output), "--actors", "2", "--shard-rows", "200"]
+    stopped = interrupt(args, r"labeling \S+: \d+ shards", delay=2)
     log = output / "_label.log"
     assert stopped.status == STOPPED, [*stopped.before, *stopped.after, log.read_text()[-3000:] if log.exists() else "no log"]
     assert stopped.seconds < 30
     (line,) = stopped.own_lines_after()
-    assert re.fullmatch(rf"augsbert label: interrupted: \d+ of 10 shard\(s\) labeled in {re.escape(str(output))}; run the same "
-                        "command again to label the rest", line), line
+    done_before = re.fullmatch(rf"augsbert label: interrupted: (\d+) of 10 shard\(s\) labeled in {re.escape(str(output))}; run the "
+                               "same command again to label the rest", line)
+    assert done_before, line
+
+    # a fresh process, as a user runs it: in pytest's, Ray's log handlers write to what its capture held at `ray.init`
+    done = augsbert(*args)
+    assert done.returncode == 0, done.stderr[-2000:]
+    printed = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert [line for line in printed if not CONSOLE.match(line)] == [
+        f"pairs in 2000 = labeled 2000 + rejected 0 (truncated to max_seq_length: 0; shards: 10, {done_before[1]} already done)",
+        f"labeled pairs: {output}  manifest: {output / '_manifest.json'}  rejects: {output / '_rejects.jsonl'}",
+    ]
+    kept = log.read_text(encoding="utf-8")
+    assert "Started a local Ray" in kept and "ShardLabeler" in kept  # Ray's lines went there
 
 
 def test_a_second_ctrl_c_forces_the_exit(tmp_path: Path) -> None:
@@ -247,24 +241,7 @@ def test_a_ctrl_c_dropped_by_a_finalizer_is_raised_again() -> None:
             process.kill()
 
 
-# 2. A moved data folder resumes, its finished fits reused.
-
-@pytest.mark.slow
-def test_a_moved_data_folder_resumes_with_its_finished_fits(ray_session, stopped_in_labeling: tuple[Stopped, Path, Path],
-                                                            tmp_path: Path) -> None:
-    """Before: the paths in spec.yaml were part of the fingerprint: "what the run computes from changed", and
-    --force-resume fitted everything again (reused_fits empty), though the files' contents were the same."""
-    _, run_dir, data = stopped_in_labeling
-    moved = tmp_path / "moved"
-    shutil.move(data, moved)
-    spec = yaml.safe_load((run_dir / "spec.yaml").read_text(encoding="utf-8"))
-    for split in ("train", "dev", "test"):
-        spec["data"][split]["path"] = str(moved / f"sts-{split}.csv")
-    (run_dir / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
-    assert main(["run", "--resume", str(run_dir)]) == 0
-    metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
-    assert set(metrics["reused_fits"]) == {"cross_encoder", "sbert"}
-
+# 2. A moved data folder resumes, its finished fits reused (test_pipeline.py's killed run moves its data too).
 
 def test_a_moved_data_folder_with_its_paths_edited_still_matches_the_run(data_dir: Path, tmp_path: Path) -> None:
     """The same, without Ray: the fingerprint holds the data files' contents by role, not their paths; a changed file
@@ -459,8 +436,8 @@ def test_a_regression_train_split_of_one_label_is_refused(tmp_path: Path) -> Non
         check_gold_usable(load_gold(spec.data, spec.seed), spec)
 
 
-# 7. Reject summaries stay short; a refused address leaves no run directory; label keeps Ray's output off the
-# console; a fit's rendezvous listens on 127.0.0.1.
+# 7. Reject summaries stay short; no stray colour reset; a refused address leaves no run directory; a fit's
+# rendezvous listens on 127.0.0.1. (`label` keeping Ray's output off the console: in 1.)
 
 def test_a_reject_summary_shows_the_commonest_reasons_and_a_count(tmp_path: Path) -> None:
     """Before: one entry per distinct bad value, in lines of up to 2,300 characters."""
@@ -493,23 +470,6 @@ def test_an_address_that_does_not_answer_leaves_no_run_directory(tmp_path: Path)
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines()[-1].startswith("augsbert run: error: cannot reach a Ray cluster at 127.0.0.1:1")
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
-
-
-@pytest.mark.slow
-def test_label_on_actors_keeps_rays_output_off_the_console(tiny_cross_encoder: Path, tmp_path: Path) -> None:
-    """Before: Ray's log lines (its start, Ray Data's executor, the actors' warnings) came out on the console. A fresh
-    process, as a user runs it: in this one, Ray's log handlers write to what pytest's capture held at `ray.init`."""
-    pairs = pair_csv(tmp_path / "pairs.csv", [0.5] * 100)
-    done = augsbert("label", "--model", str(tiny_cross_encoder), "--input", str(pairs), "--output", str(tmp_path / "out"),
-                    "--actors", "2", "--shard-rows", "50")
-    assert done.returncode == 0, done.stderr[-2000:]
-    printed = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
-    assert [line for line in printed if not CONSOLE.match(line)] == [
-        "pairs in 100 = labeled 100 + rejected 0 (truncated to max_seq_length: 0; shards: 2, 0 already done)",
-        f"labeled pairs: {tmp_path / 'out'}  manifest: {tmp_path / 'out' / '_manifest.json'}  rejects: {tmp_path / 'out' / '_rejects.jsonl'}",
-    ]
-    kept = (tmp_path / "out" / "_label.log").read_text(encoding="utf-8")
-    assert "Started a local Ray" in kept and "ShardLabeler" in kept  # Ray's lines went there
 
 
 @pytest.mark.slow

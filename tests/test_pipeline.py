@@ -24,6 +24,7 @@ from augsbert_ray.config import JobSpec
 from augsbert_ray.labeling import Teacher
 from augsbert_ray.pipeline.fingerprint import comparable_spec
 from augsbert_ray.runtime import log
+from test_edges import STOPPED, interrupt, stsb_copy
 
 STRATEGIES = {"bm25": "augsbert_bm25", "random": "augsbert_rs", "kde": "augsbert_kde", "semantic": "augsbert_ss"}
 MODELS = ("cross_encoder", "sbert", *STRATEGIES.values(), "zero_shot", "jaccard")
@@ -35,9 +36,10 @@ def tiny_run_settings(
 ) -> list[str]:
     """``strategies`` on 300 gold pairs with the tiny BERT as each model; each sentence's one best BM25 (and
     semantic) neighbour, which sizes the random pool too; 500-pair shards (the KDE pool has six); fits on one
-    thread; then the ``extra`` settings."""
+    thread in the run's own process (Ray Train's local mode: no worker to start, the same model as on one worker);
+    then the ``extra`` settings."""
     settings = [
-        "data.train_limit=300", "training.cpus_per_worker=1", f"cross_encoder.model={tiny_model}", f"bi_encoder.model={tiny_model}",
+        "data.train_limit=300", "training.num_workers=0", "training.cpus_per_worker=1", f"cross_encoder.model={tiny_model}", f"bi_encoder.model={tiny_model}",
         f"evaluation.zero_shot_model={tiny_model}", "cross_encoder.epochs=1", f"output_dir={output_dir}", f"name={name}",
         f"sampling.strategies=[{', '.join(strategies)}]", "sampling.top_k=1", "sampling.kde_pool=3000",
         "labeling.shard_rows=500", *extra,
@@ -112,15 +114,11 @@ def test_whole_run_on_a_tiny_model(whole_run: tuple[Path, str], tiny_model: Path
     assert f"run directory: {run_dir}" in printed
     progress = json.loads((run_dir / "progress.json").read_text())
     assert {name: record["trained_on"] for name, record in progress.items()} == trained
-    snapshot = json.loads((run_dir / "ray_train" / "cross_encoder" / "checkpoint_manager_snapshot.json").read_text())
-    assert len(snapshot["checkpoint_results"]) == 1  # only the final model is kept
 
     # A later run whose ensemble teacher takes this run's cross-encoder (cross_encoder.trained) fits only the
     # teacher's bi-encoder, labels the same candidates, and records the whole teacher.
-    # Its fits in this process (Ray Train's local mode): a worker's start costs half a minute, and no score of this
-    # run is compared with one of a fit on a worker (the in-domain bi-encoder's differ by about 1e-4 between the two)
     teacher = (f"cross_encoder.trained={run_dir / 'models' / 'cross_encoder'}", "teacher.kind=ensemble",
-               f"teacher.bi_encoder.model={tiny_model}", "teacher.bi_encoder.epochs=1", "training.num_workers=0")
+               f"teacher.bi_encoder.model={tiny_model}", "teacher.bi_encoder.epochs=1")
     assert main(["run", JOB, "--data-dir", str(data_dir), *tiny_run_settings(tiny_model, tmp_path, "ensemble", ("bm25",), teacher)]) == 0
     (taught_dir,) = tmp_path.glob("ensemble-*")
     assert not (taught_dir / "ray_train" / "cross_encoder").exists()
@@ -186,35 +184,54 @@ def only_strategies(metrics: dict, keep: set[str]) -> dict:
 
 
 @pytest.mark.slow
-def test_a_run_killed_while_labeling_and_while_fitting_resumes_to_the_uninterrupted_result(
+def test_a_run_stopped_while_labeling_and_killed_while_fitting_resumes_to_the_uninterrupted_result(
     whole_run: tuple[Path, str], tiny_model: Path, data_dir: Path, tmp_path: Path
 ) -> None:
-    """`augsbert run` is SIGKILLed with its whole process tree (driver and embedded Ray) once while it labels and
-    once while it fits a bi-encoder; `augsbert run --resume` then finishes it. Its metrics equal the uninterrupted
-    run's, no shard is labeled twice, and the killed fit goes on from its last training state. It runs KDE alone
-    (a run of some strategies draws the pools and makes the models that a run of all of them makes)."""
+    """`augsbert run` (its gold read from files) is stopped by one Ctrl-C while it labels; its data folder is
+    moved and spec.yaml's paths edited, and its fits moved onto a Ray Train worker; `augsbert run --resume` is
+    SIGKILLed with its whole process tree (driver and embedded Ray) while it fits a bi-encoder; a further resume
+    finishes it. Its metrics equal the uninterrupted
+    run's, no shard is labeled twice, the finished fits are reused though the data moved, and the killed fit goes on
+    from its last training state. It runs KDE alone (a run of some strategies draws the pools and makes the models
+    that a run of all of them makes).
+
+    Before: after a fit, Ray Train's SIGINT handler stayed installed, and Ctrl-C while labeling printed nothing and
+    the run went on to the end; the data files' paths were part of the fingerprint ("what the run computes from
+    changed"), and --force-resume fitted everything again."""
     reference = json.loads((whole_run[0] / "metrics.json").read_text())
-    ray_tmpdir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # AF_UNIX socket paths must stay short
+    data = stsb_copy(tmp_path / "data", data_dir)
     # the uninterrupted run's teacher, as the cross-encoder fit is not what is killed; training states every
     # 5 steps of the KDE fit's 20, so that the kill lands before its last one as a rule (a resume setting: what the
     # run computes does not change)
-    extra = (f"cross_encoder.trained={whole_run[0] / 'models' / 'cross_encoder'}", "training.checkpoint_every=5")
+    extra = ("data.dataset=null", *(f"data.{split}.{key}={value}" for split in ("train", "dev", "test")
+                                    for key, value in (("path", data / f"sts-{split}.csv"), ("format", "stsb"))),
+             f"cross_encoder.trained={whole_run[0] / 'models' / 'cross_encoder'}", "training.checkpoint_every=5")
     settings = tiny_run_settings(tiny_model, tmp_path, "killed", ("kde",), extra)
-    first = start_augsbert(["run", JOB, "--data-dir", str(data_dir), *settings], tmp_path / "first.log", ray_tmpdir)
-    wait_until(lambda: any(tmp_path.glob("killed-*/silver/kde_pool/part-*.parquet")), first, tmp_path / "first.log")
-    kill_tree(first)
+    stopped = interrupt(["run", JOB, *settings], r"labeling \S+: \d+ shards", delay=0,
+                        ready=lambda: any(tmp_path.glob("killed-*/silver/kde_pool/part-*.parquet")))
     (run_dir,) = tmp_path.glob("killed-*")
-    pool = run_dir / "silver" / "kde_pool"
-    planned = json.loads((pool / "_manifest.json").read_text())["shards"]
-    assert 1 <= len(list(pool.glob("part-*.parquet"))) < len(planned) == 6, "the kill did not land while labeling"
+    assert stopped.status == STOPPED, stopped.after
+    assert stopped.seconds < 30
+    (line,) = stopped.own_lines_after()
+    assert re.fullmatch(r"augsbert run: interrupted: at stage 5/8 \(sample and label candidates: [1-5] of 6 shard\(s\) labeled in "
+                        rf"{re.escape(str(run_dir))}/silver/kde_pool\); finished fits: cross_encoder, sbert; resume with: "
+                        rf"augsbert run --resume {re.escape(str(run_dir))}", line), line
     labeled_before = {path: path.stat().st_mtime_ns for path in (run_dir / "silver").glob("*/part-*.parquet")}
 
-    second = start_augsbert(["run", "--resume", str(run_dir), "--data-dir", str(data_dir)], tmp_path / "second.log", ray_tmpdir)
+    moved = tmp_path / "moved"
+    shutil.move(data, moved)
+    spec = yaml.safe_load((run_dir / "spec.yaml").read_text(encoding="utf-8"))
+    for split in ("train", "dev", "test"):
+        spec["data"][split]["path"] = str(moved / f"sts-{split}.csv")
+    spec["training"]["num_workers"] = 1  # a resource: a worker keeps the training states a resume goes on from
+    (run_dir / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    ray_tmpdir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # AF_UNIX socket paths must stay short
+    second = start_augsbert(["run", "--resume", str(run_dir)], tmp_path / "second.log", ray_tmpdir)
     wait_until(lambda: registered_checkpoints(run_dir, "augsbert_kde") >= 1, second, tmp_path / "second.log")
     kill_tree(second)
     assert "augsbert_kde" not in json.loads((run_dir / "progress.json").read_text()), "the kill did not land while fitting"
 
-    third = start_augsbert(["run", "--resume", str(run_dir), "--data-dir", str(data_dir)], tmp_path / "third.log", ray_tmpdir)
+    third = start_augsbert(["run", "--resume", str(run_dir)], tmp_path / "third.log", ray_tmpdir)
     assert third.wait(timeout=900) == 0, (tmp_path / "third.log").read_text()[-3000:]
     assert re.search(r"resuming from step (5|10|15|20)\b", (tmp_path / "third.log").read_text())
 
@@ -226,6 +243,8 @@ def test_a_run_killed_while_labeling_and_while_fitting_resumes_to_the_uninterrup
         assert resumed[split] == pytest.approx(only_strategies(reference[split], models), abs=1e-6), split
     assert set(resumed["reused_fits"]) == {"cross_encoder", "sbert"}  # the third attempt fitted AugSBERT-KDE
     assert {path: path.stat().st_mtime_ns for path in labeled_before} == labeled_before  # no shard labeled again
+    snapshot = json.loads((run_dir / "ray_train" / "augsbert_kde" / "checkpoint_manager_snapshot.json").read_text())
+    assert len(snapshot["checkpoint_results"]) == 1  # of the training states and the final model, only the model is kept
     assert main(["run", "--resume", str(run_dir)]) == 2  # finished now
     shutil.rmtree(ray_tmpdir, ignore_errors=True)
 

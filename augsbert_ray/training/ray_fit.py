@@ -71,6 +71,9 @@ def training_arguments(
         output_dir=output_dir,
         num_train_epochs=encoder.epochs,
         per_device_train_batch_size=encoder.batch_size,
+        # what sentence-transformers sets under DDP (an uneven last batch can hang it): a fit in this process
+        # (Ray Train's local mode) then makes the model a fit on one worker makes
+        dataloader_drop_last=True,
         learning_rate=encoder.learning_rate,
         warmup_ratio=encoder.warmup_ratio,
         seed=seed,
