@@ -25,13 +25,14 @@ GOLD, UNLABELED, PER_QUERY, EVAL = 40, 60, 5, 30
 
 def tiny_settings(tiny_model: Path, output_dir: Path, name: str, extra: tuple[str, ...] = ()) -> list[str]:
     """The premise job on the tiny BERT: 40 gold queries, 60 unlabeled with 5 candidates each (10-pair shards), 30
-    dev and 30 test queries, BM25's top 20 re-ranked; fits on one thread."""
+    dev and 30 test queries, BM25's top 20 re-ranked; fits on one thread in the run's own process (Ray Train's local
+    mode: no worker to start; the fits on a worker are the in-domain kill test's and the fault-tolerance tests')."""
     settings = [
         f"cross_encoder.model={tiny_model}", f"bi_encoder.model={tiny_model}", f"evaluation.zero_shot_model={tiny_model}",
         f"output_dir={output_dir}", f"name={name}", f"retrieval.train_queries={GOLD}", f"retrieval.unlabeled_queries={UNLABELED}",
         f"retrieval.candidates_per_query={PER_QUERY}", f"retrieval.eval_queries={EVAL}", "retrieval.rerank_depth=20",
         "retrieval.hard_negatives=2", "retrieval.student_negatives=2", "cross_encoder.epochs=1", "cross_encoder.max_seq_length=64",
-        "bi_encoder.max_seq_length=64", "bi_encoder.batch_size=8", "labeling.shard_rows=10", "training.cpus_per_worker=1", *extra,
+        "bi_encoder.max_seq_length=64", "bi_encoder.batch_size=8", "labeling.shard_rows=10", "training.num_workers=0", "training.cpus_per_worker=1", *extra,
     ]
     return [item for setting in settings for item in ("--set", setting)]
 
@@ -183,10 +184,7 @@ def test_a_retrieval_run_killed_while_labeling_resumes_to_the_uninterrupted_resu
 
     reference = json.loads((tiny_retrieval_run / "metrics.json").read_text())
     ray_tmpdir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # AF_UNIX socket paths must stay short
-    # its fits in its own process (Ray Train's local mode, without a worker's start): on one thread, they make the
-    # reference's models to the last bit
-    settings = tiny_settings(tiny_model, tmp_path, "killed", (f"cross_encoder.trained={tiny_retrieval_run / 'models' / 'reranker'}",
-                                                              "training.num_workers=0"))
+    settings = tiny_settings(tiny_model, tmp_path, "killed", (f"cross_encoder.trained={tiny_retrieval_run / 'models' / 'reranker'}",))
     first = start_augsbert(["run", JOB, "--data-dir", str(data_dir), *settings], tmp_path / "first.log", ray_tmpdir)
     wait_until(lambda: any(tmp_path.glob("killed-*/silver/retrieval/part-*.parquet")), first, tmp_path / "first.log")
     kill_tree(first)
