@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -16,6 +17,19 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(autouse=True)
+def sigint_handler_left_alone():
+    """A test leaves this process's SIGINT handler as it found it. Ray Train's handler, left by a direct
+    ``TorchTrainer.fit()``, keeps that fit's controller actor alive in this session's Ray; when it went, minutes
+    later, the session's driver (pytest) died on a failed check in Ray's pubsub."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    if after is not before:
+        signal.signal(signal.SIGINT, before)
+        pytest.fail(f"the test left SIGINT's handler changed: {after!r} (was {before!r})")
 
 
 @pytest.fixture(scope="session")

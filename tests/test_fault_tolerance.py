@@ -19,6 +19,7 @@ from augsbert_ray.data import load_gold
 from augsbert_ray.layout import RunLayout
 from augsbert_ray.pipeline.context import remove_unfinished_fit
 from augsbert_ray.training import fit_bi_encoder
+from augsbert_ray.training.ray_fit import sigint_kept
 
 
 def registered_checkpoints(storage: Path) -> int:
@@ -123,6 +124,7 @@ from pathlib import Path
 from augsbert_ray.config import BiEncoderSpec, TrainingSpec
 from augsbert_ray.runtime import init_ray
 from augsbert_ray.training import fit_bi_encoder
+from augsbert_ray.training.ray_fit import sigint_kept
 model, train, storage, out = sys.argv[2:6]
 init_ray(sys.argv[1])  # the session's Ray listens on 127.0.0.1: a driver joining it must register there too
 fit_bi_encoder(BiEncoderSpec(model=model, **json.loads(sys.argv[6])), model, [(train, "label")],
@@ -199,11 +201,14 @@ def test_a_fit_survives_another_ray_with_a_dashboard_on_the_host(ray_session, ti
 
     thread = threading.Thread(target=start_another_ray_during_the_fit)
     thread.start()
-    result = TorchTrainer(
+    trainer = TorchTrainer(
         run_until_stopped, train_loop_config={"started": str(started), "stop": str(stop)},
         scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": 1}),
         run_config=RunConfig(storage_path=str(tmp_path / "ray_train"), name="long_fit"),
-    ).fit()
+    )
+    # as fit_on_ray does: Ray Train's own SIGINT handler would keep the fit's controller alive in this session
+    with sigint_kept(trainer):
+        result = trainer.fit()
     thread.join()
     check_a_fit_on_ray_prints_each_progress_line_once(other["run"], tmp_path / "other")  # it came and went during the fit
     assert result.error is None
