@@ -124,7 +124,6 @@ from pathlib import Path
 from augsbert_ray.config import BiEncoderSpec, TrainingSpec
 from augsbert_ray.runtime import init_ray
 from augsbert_ray.training import fit_bi_encoder
-from augsbert_ray.training.ray_fit import sigint_kept
 model, train, storage, out = sys.argv[2:6]
 init_ray(sys.argv[1])  # the session's Ray listens on 127.0.0.1: a driver joining it must register there too
 fit_bi_encoder(BiEncoderSpec(model=model, **json.loads(sys.argv[6])), model, [(train, "label")],

@@ -262,18 +262,27 @@ def check_gpu_workers(name: str) -> None:
 
 
 @contextmanager
-def sigint_kept(trainer: TorchTrainer) -> Iterator[None]:
-    """The driver's SIGINT handler stays the driver's during ``trainer.fit()`` and after it. Ray Train installs its own
-    in fit() (an abort of the fit's controller, ``sys.exit(0)`` at the third) and leaves it: a later Ctrl-C stopped
-    nothing, and one during a fit ended the run with status 1 and no word. Here the driver's handler stops the fit
-    (the fit's actors die with the driver, or with its Ray job on a cluster)."""
+def sigint_restored() -> Iterator[None]:
+    """SIGINT's handler after the block is the one before it (on the main thread). Ray Train's and Ray Tune's fit()
+    install their own and leave them: a later Ctrl-C went to a finished fit or search and stopped nothing, and the
+    handler's closure kept that fit's controller actor alive."""
     saved = signal.getsignal(signal.SIGINT)
-    trainer._register_sigint_handler = lambda controller: None  # Ray 2.60: DataParallelTrainer._register_sigint_handler
     try:
         yield
     finally:
         if threading.current_thread() is threading.main_thread() and saved is not None:
             signal.signal(signal.SIGINT, saved)
+
+
+@contextmanager
+def sigint_kept(trainer: TorchTrainer) -> Iterator[None]:
+    """The driver's SIGINT handler stays the driver's during ``trainer.fit()`` and after it. Ray Train's own (an abort
+    of the fit's controller, ``sys.exit(0)`` at the third) made one Ctrl-C during a fit end the run with status 1 and
+    no word. Here the driver's handler stops the fit (the fit's actors die with the driver, or with its Ray job on a
+    cluster)."""
+    trainer._register_sigint_handler = lambda controller: None  # Ray 2.60: DataParallelTrainer._register_sigint_handler
+    with sigint_restored():
+        yield
 
 
 def fit_on_ray(

@@ -25,7 +25,7 @@ from ray.tune.schedulers import ASHAScheduler
 
 from augsbert_ray.config import TuningSpec
 from augsbert_ray.runtime import autoscaler_resources, log
-from augsbert_ray.training.ray_fit import TrainFile
+from augsbert_ray.training.ray_fit import TrainFile, sigint_restored
 from augsbert_ray.tuning.trial_loop import CullBoard, cull_step, eval_steps, score_key, tuning_train_loop
 from augsbert_ray.tuning.trials import Outcome, SearchSetup, Trial, plan_trials
 
@@ -165,7 +165,8 @@ def run_phase(setup: SearchSetup, configs: list[dict[str, Any]], phase: str, sch
             failure_config=tune.FailureConfig(max_failures=setup.spec.training.max_failures or 0),
         ),
     )
-    grid = tuner.fit()
+    with sigint_restored():  # during the search, Tune's handler ends it gracefully (unless the CLI turned it off)
+        grid = tuner.fit()
     results = {result.config["run"]["trial"]: result for result in grid}
     failed = {name: result.error for name, result in results.items() if result.error is not None}
     if failed:
