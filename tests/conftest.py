@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 @pytest.fixture(autouse=True)
-def sigint_handler_left_alone():
+def sigint_handler_left_alone() -> Iterator[None]:
     """A test leaves this process's SIGINT handler as it found it. Ray Train's handler, left by a direct
     ``TorchTrainer.fit()``, keeps that fit's controller actor alive in this session's Ray; when it went, minutes
     later, the session's driver (pytest) died on a failed check in Ray's pubsub."""
