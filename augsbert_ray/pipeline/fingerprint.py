@@ -46,7 +46,7 @@ DATA_LOCATION = re.compile(r"spec\.(target\.)?data\.((train|dev|test)\.path|data
 def comparable_spec(spec: JobSpec) -> dict[str, Any]:
     """The spec less where Ray runs, how fits survive failures and what resources work gets: none of these
     changes what the run computes. A fit in the calling process (``training.num_workers`` 0) counts as one on one
-    worker: the same model up to float rounding."""
+    worker: the same model, to the bit (training_arguments drops an uneven last batch in both)."""
     settable = {section: set(keys) for section, keys in RESUME_SETTABLE.items()}
     comparable = spec.model_dump(mode="json", exclude={"ray": True, "output_dir": True, **settable})
     comparable["training"]["num_workers"] = max(1, comparable["training"]["num_workers"])
